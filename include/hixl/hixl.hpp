@@ -1,0 +1,139 @@
+// hixl: one-sided put/get between processes.  The C++ API.
+//
+// The same model as hixl.h (which is a thin layer over this): a world of
+// ranks, symmetric and registered memory, put/get/fence/barrier/allgather.
+// Failures are returned as Status / Result<T>, never thrown.
+#ifndef HIXL_HIXL_HPP_
+#define HIXL_HIXL_HPP_
+
+#include <hixl/hixl.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+namespace hixl {
+
+// The numeric values are those of hixl.h.
+enum class Errc : int {
+  kOk = HIXL_SUCCESS,
+  kInvalidArg = HIXL_ERR_INVALID_ARG,
+  kNotInitialized = HIXL_ERR_NOT_INITIALIZED,
+  kNotRegistered = HIXL_ERR_NOT_REGISTERED,
+  kInvalidRank = HIXL_ERR_INVALID_RANK,
+  kTimeout = HIXL_ERR_TIMEOUT,
+  kPeerFailed = HIXL_ERR_PEER_FAILED,
+  kNoMemory = HIXL_ERR_NO_MEMORY,
+  kTransport = HIXL_ERR_TRANSPORT,
+  kUnsupported = HIXL_ERR_UNSUPPORTED,
+  kAlreadyInitialized = HIXL_ERR_ALREADY_INITIALIZED,
+  kBootstrap = HIXL_ERR_BOOTSTRAP,
+  kInternal = HIXL_ERR_INTERNAL,
+};
+
+// A small value type: success, or an error code with a message in words.
+class [[nodiscard]] Status {
+ public:
+  Status() = default;
+  Status(Errc code, std::string message) : code_(code), message_(std::move(message)) {}
+  static Status Ok() { return {}; }
+
+  bool ok() const { return code_ == Errc::kOk; }
+  Errc code() const { return code_; }
+  int raw_code() const { return static_cast<int>(code_); }
+  const std::string& message() const { return message_; }
+  // "HIXL_ERR_TIMEOUT: <message>"
+  std::string ToString() const;
+
+ private:
+  Errc code_ = Errc::kOk;
+  std::string message_;
+};
+
+// A value or the Status that explains why there is none.
+template <typename T>
+class [[nodiscard]] Result {
+ public:
+  Result(T value) : v_(std::move(value)) {}                      // NOLINT(runtime/explicit)
+  Result(Status status) : v_(std::move(status)) {}               // NOLINT(runtime/explicit)
+  Result(Errc code, std::string msg) : v_(Status(code, std::move(msg))) {}
+
+  bool ok() const { return std::holds_alternative<T>(v_); }
+  explicit operator bool() const { return ok(); }
+  // Only valid when ok().
+  T& value() & { return std::get<T>(v_); }
+  const T& value() const& { return std::get<T>(v_); }
+  T&& value() && { return std::get<T>(std::move(v_)); }
+  T& operator*() & { return value(); }
+  T* operator->() { return &value(); }
+  // Status::Ok() when ok().
+  Status status() const { return ok() ? Status::Ok() : std::get<Status>(v_); }
+
+ private:
+  std::variant<T, Status> v_;
+};
+
+// The process's membership in the world.  Init() joins it (collective);
+// the destructor (or Finalize()) leaves it (collective).  One per process.
+// All methods but Finalize are safe from any thread.
+class World {
+ public:
+  static Result<World> Init();
+  World(World&& other) noexcept : live_(std::exchange(other.live_, false)) {}
+  World& operator=(World&& other) noexcept;
+  World(const World&) = delete;
+  World& operator=(const World&) = delete;
+  ~World();
+
+  Status Finalize();
+  int rank() const;
+  int size() const;
+
+  // Symmetric memory, see hixl_alloc.
+  Result<void*> Alloc(size_t size);
+  Status Free(void* ptr);
+  Status RegisterMemory(void* addr, size_t size);
+  Status DeregisterMemory(void* addr);
+
+  Status Put(int dst_rank, const void* src, uint64_t dst_addr, size_t size);
+  Status Get(int src_rank, uint64_t src_addr, void* dst, size_t size);
+  Status Fence();
+  Status Barrier();
+  // recv.size() becomes size() * send.size().
+  Status Allgather(const void* send, void* recv, size_t bytes_per_rank);
+  template <typename T>
+  Result<std::vector<T>> Allgather(const T& value) {
+    std::vector<T> out(static_cast<size_t>(size()));
+    Status s = Allgather(&value, out.data(), sizeof(T));
+    if (!s.ok()) return s;
+    return out;
+  }
+
+ private:
+  World() : live_(true) {}
+  bool live_ = false;
+};
+
+// Registers memory for the lifetime of the object.
+class Registration {
+ public:
+  static Result<Registration> Make(void* addr, size_t size);
+  Registration(Registration&& o) noexcept : addr_(std::exchange(o.addr_, nullptr)) {}
+  Registration& operator=(Registration&& o) noexcept;
+  Registration(const Registration&) = delete;
+  Registration& operator=(const Registration&) = delete;
+  ~Registration();
+  void* addr() const { return addr_; }
+
+ private:
+  explicit Registration(void* addr) : addr_(addr) {}
+  void* addr_ = nullptr;
+};
+
+}  // namespace hixl
+
+#endif  // HIXL_HIXL_HPP_

@@ -1,0 +1,53 @@
+// The control plane between ranks: every rank runs a ControlServer (one
+// thread, a poll loop) that answers small requests from peers, such as
+// "send me your region table" or "forget this region".  Requests are sent
+// with a ControlClient, one connection per peer, by the calling thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "bootstrap/socket.h"
+#include "core/status.h"
+
+namespace hixl::bootstrap {
+
+// Runs on the server's thread; the reply (or its error) goes back to the caller.
+using ControlHandler = std::function<Result<std::string>(int from_rank, uint8_t type, std::string_view payload)>;
+
+class ControlServer {
+ public:
+  static Result<std::unique_ptr<ControlServer>> Start(const std::string& host, ControlHandler handler);
+  ~ControlServer();  // stops and joins the thread, closes every socket
+  uint16_t port() const;
+
+ private:
+  struct Impl;
+  explicit ControlServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// A connection to one peer's ControlServer, made on first use.  Thread-safe
+// (calls are serialized).  After a connection failure every call fails with
+// kPeerFailed.
+class ControlClient {
+ public:
+  ControlClient(int my_rank, int peer_rank, std::string host, uint16_t port)
+      : my_rank_(my_rank), peer_(peer_rank), host_(std::move(host)), port_(port) {}
+  Result<std::string> Call(uint8_t type, std::string_view payload, int64_t timeout_ms);
+  void Close();
+
+ private:
+  const int my_rank_;
+  const int peer_;
+  const std::string host_;
+  const uint16_t port_;
+  std::mutex mu_;
+  net::Fd fd_;
+  bool failed_ = false;
+};
+
+}  // namespace hixl::bootstrap

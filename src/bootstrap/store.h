@@ -1,0 +1,92 @@
+// The rendezvous store: a small key/value service with blocking waits, in the
+// manner of torch's TCPStore.  Rank 0 hosts a TcpStoreServer; every rank
+// (rank 0 included) talks to it through a TcpStoreClient.  A world of one
+// uses a MemoryStore.  Keys and values are arbitrary bytes.
+//
+// Failure detection: a client says which rank it is when it connects and says
+// goodbye in Close().  When a client's connection drops without a goodbye,
+// the server marks that rank failed; from then on every wait that is pending
+// or would block fails with kPeerFailed naming the rank, so no rank hangs on
+// a dead peer.
+//
+// Thread safety: all methods of every class here are safe from any thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/status.h"
+
+namespace hixl::bootstrap {
+
+class Store {
+ public:
+  virtual ~Store() = default;
+  virtual Status Set(const std::string& key, const std::string& value) = 0;
+  // Waits (at most timeout_ms) until key exists and returns its value.
+  // kTimeout when it does not appear in time.
+  virtual Result<std::string> Get(const std::string& key, int64_t timeout_ms) = 0;
+  // Atomically adds delta to the integer stored at key (absent counts as 0)
+  // and returns the new value.  Integers are stored as decimal text.
+  virtual Result<int64_t> Add(const std::string& key, int64_t delta) = 0;
+  // Waits (at most timeout_ms) until the integer at key is >= target.
+  virtual Status WaitAtLeast(const std::string& key, int64_t target, int64_t timeout_ms) = 0;
+  // Removes key; absent keys are fine.
+  virtual Status Delete(const std::string& key) = 0;
+};
+
+// In-process store.
+class MemoryStore final : public Store {
+ public:
+  MemoryStore();
+  ~MemoryStore() override;
+  Status Set(const std::string& key, const std::string& value) override;
+  Result<std::string> Get(const std::string& key, int64_t timeout_ms) override;
+  Result<int64_t> Add(const std::string& key, int64_t delta) override;
+  Status WaitAtLeast(const std::string& key, int64_t target, int64_t timeout_ms) override;
+  Status Delete(const std::string& key) override;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// The server, run by rank 0 on a thread of its own.
+class TcpStoreServer {
+ public:
+  // Listens on host:port (port 0 picks a free port; see port()).
+  // world_size is the number of ranks expected to connect.
+  static Result<std::unique_ptr<TcpStoreServer>> Start(const std::string& host, uint16_t port,
+                                                       int world_size);
+  ~TcpStoreServer();  // stops the thread and closes every socket
+  uint16_t port() const;
+
+ private:
+  struct Impl;
+  explicit TcpStoreServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+class TcpStoreClient final : public Store {
+ public:
+  // Connects (retrying until timeout_ms: the server may start later) and
+  // introduces itself as `rank`.
+  static Result<std::unique_ptr<TcpStoreClient>> Connect(const std::string& host, uint16_t port,
+                                                         int rank, int64_t timeout_ms);
+  ~TcpStoreClient() override;  // closes without goodbye unless Close() was called
+  Status Set(const std::string& key, const std::string& value) override;
+  Result<std::string> Get(const std::string& key, int64_t timeout_ms) override;
+  Result<int64_t> Add(const std::string& key, int64_t delta) override;
+  Status WaitAtLeast(const std::string& key, int64_t target, int64_t timeout_ms) override;
+  Status Delete(const std::string& key) override;
+  // Says goodbye (a clean leave, not a failure) and closes the connection.
+  Status Close();
+
+ private:
+  struct Impl;
+  explicit TcpStoreClient(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace hixl::bootstrap

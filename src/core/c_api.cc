@@ -1,0 +1,149 @@
+// The C API: a thin layer over the C++ one.  Every failure records its
+// message for hixl_last_error() on the calling thread.  No exception
+// crosses this boundary.
+#include <hixl/hixl.h>
+
+#include <exception>
+
+#include "core/status.h"
+#include "core/world.h"
+
+using hixl::Status;
+
+namespace {
+
+int Report(const Status& s) {
+  if (!s.ok()) hixl::SetLastError(s);
+  return s.raw_code();
+}
+
+template <typename F>
+int Guard(F&& f) noexcept {
+  try {
+    return Report(f());
+  } catch (const std::bad_alloc&) {
+    return Report(Status(hixl::Errc::kNoMemory, "out of memory"));
+  } catch (const std::exception& e) {
+    return Report(Status(hixl::Errc::kInternal, std::string("internal error: ") + e.what()));
+  } catch (...) {
+    return Report(Status(hixl::Errc::kInternal, "internal error"));
+  }
+}
+
+
+#define WORLD_OR_FAIL(w, api)                         \
+  hixl::core::WorldImpl* w = hixl::core::Current();   \
+  if (!w) return hixl::core::NotInitialized(api)
+
+}  // namespace
+
+extern "C" {
+
+int hixl_init(void) {
+  return Guard([] { return hixl::core::InitCurrent(); });
+}
+
+int hixl_finalize(void) {
+  return Guard([] { return hixl::core::FinalizeCurrent(); });
+}
+
+int hixl_rank(void) {
+  hixl::core::WorldImpl* w = hixl::core::Current();
+  return w ? w->rank() : Report(hixl::core::NotInitialized("hixl_rank"));
+}
+
+int hixl_world_size(void) {
+  hixl::core::WorldImpl* w = hixl::core::Current();
+  return w ? w->size() : Report(hixl::core::NotInitialized("hixl_world_size"));
+}
+
+void* hixl_alloc(size_t size) {
+  void* out = nullptr;
+  Guard([&]() -> Status {
+    WORLD_OR_FAIL(w, "hixl_alloc");
+    auto r = w->Alloc(size);
+    if (!r.ok()) return Status(r.status().code(), "hixl_alloc: " + r.status().message());
+    out = r.value();
+    return Status::Ok();
+  });
+  return out;
+}
+
+int hixl_free(void* ptr) {
+  return Guard([&]() -> Status {
+    WORLD_OR_FAIL(w, "hixl_free");
+    return w->Free(ptr);
+  });
+}
+
+int hixl_register_memory(void* addr, size_t size) {
+  return Guard([&]() -> Status {
+    WORLD_OR_FAIL(w, "hixl_register_memory");
+    return w->Register(addr, size);
+  });
+}
+
+int hixl_deregister_memory(void* addr) {
+  return Guard([&]() -> Status {
+    WORLD_OR_FAIL(w, "hixl_deregister_memory");
+    return w->Deregister(addr);
+  });
+}
+
+int hixl_put(int dst_rank, const void* src_addr, uint64_t dst_addr, size_t size) {
+  return Guard([&]() -> Status {
+    WORLD_OR_FAIL(w, "hixl_put");
+    return w->Put(dst_rank, src_addr, dst_addr, size);
+  });
+}
+
+int hixl_get(int src_rank, uint64_t src_addr, void* dst_addr, size_t size) {
+  return Guard([&]() -> Status {
+    WORLD_OR_FAIL(w, "hixl_get");
+    return w->Get(src_rank, src_addr, dst_addr, size);
+  });
+}
+
+int hixl_fence(void) {
+  return Guard([&]() -> Status {
+    WORLD_OR_FAIL(w, "hixl_fence");
+    return w->Fence();
+  });
+}
+
+int hixl_barrier(void) {
+  return Guard([&]() -> Status {
+    WORLD_OR_FAIL(w, "hixl_barrier");
+    return w->Barrier();
+  });
+}
+
+int hixl_allgather(const void* send, void* recv, size_t bytes_per_rank) {
+  return Guard([&]() -> Status {
+    WORLD_OR_FAIL(w, "hixl_allgather");
+    return w->Allgather(send, recv, bytes_per_rank);
+  });
+}
+
+const char* hixl_strerror(int err) {
+  switch (err) {
+    case HIXL_SUCCESS: return "HIXL_SUCCESS: success";
+    case HIXL_ERR_INVALID_ARG: return "HIXL_ERR_INVALID_ARG: invalid argument (null pointer, bad size or range)";
+    case HIXL_ERR_NOT_INITIALIZED: return "HIXL_ERR_NOT_INITIALIZED: called before hixl_init or after hixl_finalize";
+    case HIXL_ERR_NOT_REGISTERED: return "HIXL_ERR_NOT_REGISTERED: remote memory not registered";
+    case HIXL_ERR_INVALID_RANK: return "HIXL_ERR_INVALID_RANK: rank outside the world";
+    case HIXL_ERR_TIMEOUT: return "HIXL_ERR_TIMEOUT: timed out (HIXL_TIMEOUT_MS)";
+    case HIXL_ERR_PEER_FAILED: return "HIXL_ERR_PEER_FAILED: a peer process failed or left";
+    case HIXL_ERR_NO_MEMORY: return "HIXL_ERR_NO_MEMORY: out of memory or address space";
+    case HIXL_ERR_TRANSPORT: return "HIXL_ERR_TRANSPORT: transport failure";
+    case HIXL_ERR_UNSUPPORTED: return "HIXL_ERR_UNSUPPORTED: not supported by this build or setting";
+    case HIXL_ERR_ALREADY_INITIALIZED: return "HIXL_ERR_ALREADY_INITIALIZED: hixl_init called twice";
+    case HIXL_ERR_BOOTSTRAP: return "HIXL_ERR_BOOTSTRAP: environment or rendezvous problem";
+    case HIXL_ERR_INTERNAL: return "HIXL_ERR_INTERNAL: internal error in hixl";
+    default: return "HIXL_ERR_UNKNOWN: unknown error code";
+  }
+}
+
+const char* hixl_last_error(void) { return hixl::LastError(); }
+
+}  // extern "C"

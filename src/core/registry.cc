@@ -1,0 +1,162 @@
+#include "core/registry.h"
+
+#include <algorithm>
+
+#include "bootstrap/socket.h"
+
+namespace hixl {
+
+std::string RegionTable::Serialize() const {
+  net::Writer w;
+  w.Put<uint64_t>(generation).Put<uint32_t>(static_cast<uint32_t>(regions.size()));
+  for (const RegionRecord& r : regions) {
+    w.Put(r.base).Put(r.len).Put(static_cast<uint8_t>(r.kind));
+    w.Put<uint32_t>(static_cast<uint32_t>(r.keys.size()));
+    for (const auto& [name, blob] : r.keys) w.PutBytes(name).PutBytes(blob);
+  }
+  return std::move(w.str());
+}
+
+Result<RegionTable> RegionTable::Parse(std::string_view bytes) {
+  net::Reader rd(bytes);
+  RegionTable t;
+  uint32_t n = 0;
+  auto bad = [] { return Err(Errc::kTransport, "malformed region table from peer"); };
+  if (!rd.Get(&t.generation) || !rd.Get(&n)) return bad();
+  t.regions.resize(n);
+  for (RegionRecord& r : t.regions) {
+    uint8_t kind = 0;
+    uint32_t nkeys = 0;
+    if (!rd.Get(&r.base) || !rd.Get(&r.len) || !rd.Get(&kind) || !rd.Get(&nkeys)) return bad();
+    r.kind = static_cast<transport::MemKind>(kind);
+    for (uint32_t i = 0; i < nkeys; ++i) {
+      std::string name, blob;
+      if (!rd.GetBytes(&name) || !rd.GetBytes(&blob)) return bad();
+      r.keys.emplace(std::move(name), std::move(blob));
+    }
+  }
+  return t;
+}
+
+Status LocalRegistry::Add(const Region& r, bool* added) {
+  const uint64_t base = r.desc.base, len = r.desc.len;
+  std::lock_guard lock(mu_);
+  auto it = regions_.find(base);
+  if (it != regions_.end() && it->second.desc.len == len && it->second.heap == r.heap) {
+    ++it->second.refs;
+    *added = false;
+    return Status::Ok();
+  }
+  // The first region starting after base, and the one before it.
+  auto next = regions_.upper_bound(base);
+  auto check = [&](std::map<uint64_t, Region>::const_iterator o) -> Status {
+    const uint64_t ob = o->first, ol = o->second.desc.len;
+    if (base < ob + ol && ob < base + len) {
+      return Err(Errc::kInvalidArg,
+                 "cannot register [{:#x}, +{}): it overlaps the registered region [{:#x}, +{}){}", base,
+                 len, ob, ol, o->second.heap ? " of the symmetric heap" : "");
+    }
+    return Status::Ok();
+  };
+  if (next != regions_.end()) HIXL_RETURN_IF_ERROR(check(next));
+  if (next != regions_.begin()) HIXL_RETURN_IF_ERROR(check(std::prev(next)));
+  regions_.emplace(base, r);
+  ++generation_;
+  *added = true;
+  return Status::Ok();
+}
+
+Status LocalRegistry::Remove(uint64_t base, bool heap, std::optional<Region>* removed) {
+  std::lock_guard lock(mu_);
+  auto it = regions_.find(base);
+  if (it == regions_.end()) {
+    return Err(Errc::kInvalidArg, "{:#x} is not the start of a {}", base,
+               heap ? "block from hixl_alloc" : "registered region");
+  }
+  if (it->second.heap != heap) {
+    return Err(Errc::kInvalidArg, "{:#x} is {}", base,
+               it->second.heap ? "symmetric memory from hixl_alloc: release it with hixl_free"
+                               : "registered memory: release it with hixl_deregister_memory");
+  }
+  if (--it->second.refs > 0) return Status::Ok();
+  removed->emplace(std::move(it->second));
+  regions_.erase(it);
+  ++generation_;
+  return Status::Ok();
+}
+
+bool LocalRegistry::Contains(uint64_t addr, uint64_t len) const {
+  return Access(addr, len, [] {});
+}
+
+bool LocalRegistry::Access(uint64_t addr, uint64_t len, const std::function<void()>& fn) const {
+  std::lock_guard lock(mu_);
+  auto it = regions_.upper_bound(addr);
+  if (it == regions_.begin()) return false;
+  --it;
+  if (!RangeInside(addr, len, it->first, it->second.desc.len)) return false;
+  fn();
+  return true;
+}
+
+RegionTable LocalRegistry::Table() const {
+  std::lock_guard lock(mu_);
+  RegionTable t;
+  t.generation = generation_;
+  t.regions.reserve(regions_.size());
+  for (const auto& [base, r] : regions_) {
+    t.regions.push_back(RegionRecord{base, r.desc.len, r.desc.kind, r.keys});
+  }
+  return t;
+}
+
+uint64_t LocalRegistry::generation() const {
+  std::lock_guard lock(mu_);
+  return generation_;
+}
+
+PeerTable::PeerTable() {
+  snapshots_.push_back(std::make_unique<Snapshot>());
+  current_.store(snapshots_.back().get(), std::memory_order_release);
+}
+
+const PeerTable::Entry* PeerTable::Find(uint64_t addr, uint64_t len) const {
+  const Snapshot* s = current_.load(std::memory_order_acquire);
+  const auto& e = s->entries;
+  // The last entry whose base is <= addr.
+  auto it = std::upper_bound(e.begin(), e.end(), addr, [](uint64_t a, const Entry& x) { return a < x.base; });
+  if (it == e.begin()) return nullptr;
+  --it;
+  return RangeInside(addr, len, it->base, it->len) ? &*it : nullptr;
+}
+
+uint64_t PeerTable::generation() const { return current_.load(std::memory_order_acquire)->generation; }
+
+bool PeerTable::Install(uint64_t generation, std::vector<Entry> entries) {
+  std::lock_guard lock(mu_);
+  if (generation < known_generation_) return false;
+  known_generation_ = generation;
+  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) { return a.base < b.base; });
+  auto s = std::make_unique<Snapshot>();
+  s->generation = generation;
+  s->entries = std::move(entries);
+  current_.store(s.get(), std::memory_order_release);
+  snapshots_.push_back(std::move(s));
+  return true;
+}
+
+void PeerTable::Invalidate(uint64_t generation, uint64_t base, uint64_t len) {
+  std::lock_guard lock(mu_);
+  known_generation_ = std::max(known_generation_, generation);
+  const Snapshot* cur = current_.load(std::memory_order_relaxed);
+  auto s = std::make_unique<Snapshot>();
+  s->generation = std::max(cur->generation, generation);
+  for (const Entry& e : cur->entries) {
+    bool overlaps = e.base < base + len && base < e.base + e.len;
+    if (!overlaps) s->entries.push_back(e);
+  }
+  current_.store(s.get(), std::memory_order_release);
+  snapshots_.push_back(std::move(s));
+}
+
+}  // namespace hixl

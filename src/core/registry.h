@@ -1,0 +1,106 @@
+// Memory regions: this process's own (LocalRegistry) and the cached tables
+// of peers' regions (PeerTable).  Every remote access is checked against a
+// PeerTable: the whole range must lie inside one region.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "transport/transport.h"
+
+namespace hixl {
+
+// True when [addr, addr+len) lies inside [base, base+size); overflow-safe.
+inline bool RangeInside(uint64_t addr, uint64_t len, uint64_t base, uint64_t size) {
+  return addr >= base && len <= size && addr - base <= size - len;
+}
+
+// A region as it travels in a table: its range and one key blob per transport.
+struct RegionRecord {
+  uint64_t base = 0;
+  uint64_t len = 0;
+  transport::MemKind kind = transport::MemKind::kHost;
+  std::map<std::string, std::string> keys;  // transport name -> key blob
+};
+
+// The table a rank serves to its peers; `generation` grows with every change.
+struct RegionTable {
+  uint64_t generation = 0;
+  std::vector<RegionRecord> regions;
+  std::string Serialize() const;
+  static Result<RegionTable> Parse(std::string_view bytes);
+};
+
+// This process's regions.  Thread-safe.
+class LocalRegistry {
+ public:
+  struct Region {
+    transport::LocalRegion desc;
+    bool heap = false;
+    int refs = 1;
+    std::map<std::string, std::string> keys;
+  };
+
+  // Adds a region, or counts one more reference when exactly [base, base+len)
+  // is registered already (then *added is false).  A partly overlapping
+  // range is kInvalidArg naming the region it overlaps.
+  Status Add(const Region& r, bool* added);
+  // Drops one reference of the region starting at base; when the last goes,
+  // the region is removed and returned in *removed (else *removed is unset).
+  Status Remove(uint64_t base, bool heap, std::optional<Region>* removed);
+  bool Contains(uint64_t addr, uint64_t len) const;
+  // Runs fn under the registry's lock if [addr, addr+len) lies inside one
+  // region (so the region cannot be removed meanwhile); returns whether it ran.
+  bool Access(uint64_t addr, uint64_t len, const std::function<void()>& fn) const;
+  RegionTable Table() const;
+  uint64_t generation() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::map<uint64_t, Region> regions_;  // by base
+  uint64_t generation_ = 1;
+};
+
+// One peer's regions as this process knows them: an immutable snapshot read
+// without locks on the fast path, replaced under a mutex on refresh or
+// invalidation.  Replaced snapshots are kept until destruction, because a
+// reader may still hold one (see the known limitation in README.md).
+class PeerTable {
+ public:
+  struct Entry {
+    uint64_t base;
+    uint64_t len;
+    std::shared_ptr<transport::RemoteKey> key;
+  };
+  struct Snapshot {
+    uint64_t generation = 0;
+    std::vector<Entry> entries;  // sorted by base, non-overlapping
+  };
+
+  PeerTable();
+  // The entry holding [addr, addr+len) wholly, or nullptr.  Lock-free.
+  const Entry* Find(uint64_t addr, uint64_t len) const;
+  uint64_t generation() const;
+  // Installs a freshly fetched table unless an invalidation newer than it
+  // arrived meanwhile (then returns false: fetch again).
+  bool Install(uint64_t generation, std::vector<Entry> entries);
+  // The owner removed the regions overlapping [base, base+len) at `generation`.
+  void Invalidate(uint64_t generation, uint64_t base, uint64_t len);
+
+ private:
+  std::atomic<const Snapshot*> current_;
+  std::mutex mu_;
+  uint64_t known_generation_ = 0;
+  std::vector<std::unique_ptr<Snapshot>> snapshots_;
+};
+
+}  // namespace hixl

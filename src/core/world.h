@@ -1,0 +1,97 @@
+// The world: this process's rank, its store connection, its memory, its
+// transports, and the cached region tables of its peers.  There is at most
+// one per process (see Current()); the public C and C++ APIs are thin layers
+// over it.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "bootstrap/control.h"
+#include "bootstrap/env.h"
+#include "bootstrap/store.h"
+#include "core/heap.h"
+#include "core/registry.h"
+#include "core/status.h"
+#include "transport/transport.h"
+
+namespace hixl::core {
+
+class WorldImpl final : public transport::Host {
+ public:
+  // Joins the world the environment describes.  Collective.
+  static Result<std::unique_ptr<WorldImpl>> Create(const bootstrap::Config& config);
+  ~WorldImpl() override;
+
+  int rank() const override { return cfg_.rank; }
+  int size() const { return cfg_.world_size; }
+  int64_t timeout_ms() const override { return cfg_.timeout_ms; }
+  bool AccessLocalRange(uint64_t addr, uint64_t len, const std::function<void()>& fn) const override;
+
+  Result<void*> Alloc(size_t size);
+  Status Free(void* ptr);
+  Status Register(void* addr, size_t size);
+  Status Deregister(void* addr);
+
+  Status Put(int dst_rank, const void* src, uint64_t dst_addr, size_t size);
+  Status Get(int src_rank, uint64_t src_addr, void* dst, size_t size);
+  Status Fence();
+  Status Barrier();
+  Status Allgather(const void* send, void* recv, size_t bytes_per_rank);
+  // Collective; leaves the world.  The object is unusable afterwards.
+  Status Finalize();
+
+  // Which transport serves a peer ("shm", "ucx"), for tests and tools.
+  std::string_view TransportFor(int peer) const;
+
+ private:
+  struct Peer {
+    transport::Transport* transport = nullptr;
+    std::unique_ptr<bootstrap::ControlClient> control;
+    PeerTable table;
+    std::mutex refresh_mu;  // one refresh at a time per peer
+  };
+
+  explicit WorldImpl(const bootstrap::Config& config);
+  Status Start();
+  Status PlaceHeap();
+  Status ConnectPeers();
+
+  Status CheckRemote(const char* op, int peer, uint64_t addr, const void* local, size_t size) const;
+  Result<const PeerTable::Entry*> Lookup(const char* op, int peer, uint64_t addr, size_t size);
+  Status Refresh(int peer);
+  Status AddRegion(LocalRegistry::Region region);
+  Status RemoveRegion(uint64_t base, bool heap);
+  Result<std::string> HandleControl(int from, uint8_t type, std::string_view payload);
+
+  bootstrap::Config cfg_;
+  std::unique_ptr<bootstrap::TcpStoreServer> store_server_;
+  std::unique_ptr<bootstrap::Store> store_;
+  bootstrap::TcpStoreClient* tcp_store_ = nullptr;  // store_, when it is one
+  std::unique_ptr<SymmetricHeap> heap_;
+  std::vector<std::unique_ptr<transport::Transport>> transports_;
+  std::unique_ptr<bootstrap::ControlServer> control_server_;
+  std::vector<std::unique_ptr<Peer>> peers_;
+  LocalRegistry registry_;
+
+  std::mutex subscribers_mu_;
+  std::set<int> subscribers_;  // ranks holding a copy of our region table
+
+  std::atomic<uint64_t> barrier_epoch_{0};
+  std::atomic<uint64_t> allgather_epoch_{0};
+  bool finalized_ = false;
+};
+
+// The process's world, or nullptr outside init..finalize.
+WorldImpl* Current();
+// Init/finalize of the process's world; `api` names the caller in messages.
+Status InitCurrent();
+Status FinalizeCurrent();
+// kNotInitialized explaining whether init has not happened yet or finalize has.
+Status NotInitialized(const char* api);
+
+}  // namespace hixl::core

@@ -1,0 +1,106 @@
+// The one interface every transport implements.  The core (src/core) talks
+// to transports only through this file; it never names a transport.
+//
+// Life cycle: the core creates every transport built into the library
+// (CreateTransports), publishes each one's LocalAddress() through the store,
+// and for every peer picks the first transport whose CanReach() accepts the
+// peer's address (or the one HIXL_TRANSPORT names).  Regions are registered
+// with every transport; a region's key blobs travel to peers in the region
+// table, and a peer turns the blob of its chosen transport into a RemoteKey.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+
+namespace hixl::transport {
+
+// What memory a region holds.  Device memory comes later; a transport says
+// which kinds it can move in its capabilities.
+enum class MemKind : uint8_t { kHost = 0, kDevice = 1 };
+
+struct Capabilities {
+  bool host_memory = true;
+  bool device_memory = false;
+  bool remote_hosts = false;  // can reach peers on other machines
+  bool atomics = false;
+};
+
+// A region of this process, as handed to RegisterRegion.
+struct LocalRegion {
+  uint64_t base = 0;
+  uint64_t len = 0;
+  MemKind kind = MemKind::kHost;
+  // Set when the region lies in shared-memory backing (the symmetric heap):
+  // the memfd of its segment, the segment's id and the region's offset in it.
+  int backing_fd = -1;
+  uint32_t segment_id = 0;
+  uint64_t segment_offset = 0;
+  uint64_t segment_size = 0;
+};
+
+// A peer's region made usable by one transport (an unpacked key, a mapping).
+class RemoteKey {
+ public:
+  virtual ~RemoteKey() = default;
+};
+
+// What a transport may ask of the core.
+class Host {
+ public:
+  virtual ~Host() = default;
+  virtual int rank() const = 0;
+  virtual int64_t timeout_ms() const = 0;
+  // Runs fn if [addr, addr+len) lies inside one region this process has
+  // registered, holding off deregistration of that region while fn runs;
+  // returns whether it ran.  For transports that serve remote requests on
+  // the target side (the copy happens in fn).
+  virtual bool AccessLocalRange(uint64_t addr, uint64_t len, const std::function<void()>& fn) const = 0;
+};
+
+struct Options {
+  bool shm_cma = true;     // HIXL_SHM_CMA
+  std::string net_dev;     // HIXL_NET_DEV
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual std::string_view name() const = 0;
+  virtual const Capabilities& caps() const = 0;
+
+  // Published to every peer at start-up.
+  virtual std::string LocalAddress() const = 0;
+  // Whether a peer that published `address` can be reached.  Must not block.
+  virtual bool CanReach(std::string_view address) const = 0;
+  // Prepares communication with `peer` (may connect lazily).
+  virtual Status Connect(int peer, std::string_view address) = 0;
+
+  // Returns the key blob that peers need to reach the region.
+  virtual Result<std::string> RegisterRegion(const LocalRegion& region) = 0;
+  virtual void DeregisterRegion(const LocalRegion& region) = 0;
+  // Turns a peer's key blob for its region [base, base+len) into a key.
+  virtual Result<std::shared_ptr<RemoteKey>> UnpackKey(int peer, uint64_t base, uint64_t len,
+                                                       std::string_view key_blob) = 0;
+
+  // Start a transfer; the range has been checked against the peer's region.
+  // May complete later; Flush completes it.  Errors found later are
+  // returned by Flush, naming the peer.
+  virtual Status Put(int peer, const RemoteKey& key, const void* src, uint64_t dst, size_t n) = 0;
+  virtual Status Get(int peer, const RemoteKey& key, uint64_t src, void* dst, size_t n) = 0;
+  // Completes every transfer started so far, by any thread.
+  virtual Status Flush() = 0;
+
+  // Stops background work; called once before destruction.
+  virtual void Shutdown() = 0;
+};
+
+// Every transport built into this library, in order of preference.
+Result<std::vector<std::unique_ptr<Transport>>> CreateTransports(Host* host, const Options& options);
+
+}  // namespace hixl::transport

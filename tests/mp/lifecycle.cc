@@ -1,0 +1,115 @@
+// Process-level behaviour that needs whole processes: what a rank leaves
+// behind, and what the others see when a rank dies.
+//
+//   lifecycle clean        init, transfer, finalize; then check that no
+//                          thread, socket or shared-memory mapping remains
+//   lifecycle no-finalize  transfer and exit without finalize
+//   lifecycle peer-dies    rank 1 exits without finalize; the others' next
+//                          barrier fails with HIXL_ERR_PEER_FAILED (on rank 0,
+//                          which hosts the store, naming rank 1)
+//   lifecycle exit-early   rank 1 exits with code 3 at once; the others wait
+//                          in a barrier (hixlrun must stop them)
+#include <dirent.h>
+#include <unistd.h>
+
+#include <hixl/hixl.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+int Fail(const char* what) {
+  std::fprintf(stderr, "rank %d: FAILED: %s (last error: %s)\n", hixl_rank(), what, hixl_last_error());
+  return 1;
+}
+
+int CountEntries(const char* dir, const char* must_contain_link) {
+  int n = 0;
+  DIR* d = opendir(dir);
+  if (!d) return -1;
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    if (!must_contain_link) {
+      ++n;
+      continue;
+    }
+    char link[256] = {};
+    std::string path = std::string(dir) + "/" + e->d_name;
+    if (readlink(path.c_str(), link, sizeof link - 1) > 0 && std::strstr(link, must_contain_link)) ++n;
+  }
+  closedir(d);
+  return n;
+}
+
+bool MapsMention(const char* what) {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line)) {
+    if (line.find(what) != std::string::npos) return true;
+  }
+  return false;
+}
+
+int Traffic() {
+  const int me = hixl_rank(), n = hixl_world_size();
+  char* sym = static_cast<char*>(hixl_alloc(1 << 20));
+  std::vector<char> reg(1 << 20, 0);
+  if (!sym || hixl_register_memory(reg.data(), reg.size()) != HIXL_SUCCESS) return Fail("memory set-up");
+  uint64_t mine = reinterpret_cast<uint64_t>(reg.data());
+  std::vector<uint64_t> addrs(static_cast<size_t>(n));
+  if (hixl_allgather(&mine, addrs.data(), sizeof mine) != HIXL_SUCCESS) return Fail("allgather");
+  std::vector<char> buf(1 << 20, static_cast<char>(me));
+  for (int r = 0; r < n; ++r) {
+    if (hixl_put(r, buf.data(), reinterpret_cast<uint64_t>(sym), buf.size()) != HIXL_SUCCESS) return Fail("put");
+    if (hixl_put(r, buf.data(), addrs[static_cast<size_t>(r)], buf.size()) != HIXL_SUCCESS) return Fail("put reg");
+  }
+  if (hixl_barrier() != HIXL_SUCCESS) return Fail("barrier");
+  if (hixl_deregister_memory(reg.data()) != HIXL_SUCCESS) return Fail("deregister");
+  if (hixl_free(sym) != HIXL_SUCCESS) return Fail("free");
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string mode = argc > 1 ? argv[1] : "";
+  const int threads_before = CountEntries("/proc/self/task", nullptr);
+  const int sockets_before = CountEntries("/proc/self/fd", "socket:");
+  if (hixl_init() != HIXL_SUCCESS) return Fail("init");
+  const int me = hixl_rank();
+
+  if (mode == "clean" || mode == "no-finalize") {
+    if (Traffic() != 0) return 1;
+    if (mode == "no-finalize") return 0;  // exit with everything still running
+    if (hixl_finalize() != HIXL_SUCCESS) return Fail("finalize");
+    if (CountEntries("/proc/self/task", nullptr) != threads_before) return Fail("threads remain after finalize");
+    if (CountEntries("/proc/self/fd", "socket:") != sockets_before) return Fail("sockets remain after finalize");
+    if (CountEntries("/proc/self/fd", "memfd:") != 0) return Fail("shared-memory files remain open");
+    if (MapsMention("memfd:hixl")) return Fail("shared memory remains mapped");
+    std::printf("rank %d: finalize left no thread, socket or shared memory behind\n", me);
+    return 0;
+  }
+  if (mode == "peer-dies") {
+    if (hixl_barrier() != HIXL_SUCCESS) return Fail("first barrier");
+    if (me == 1) _exit(0);  // gone, without finalize
+    int rc = hixl_barrier();
+    if (rc != HIXL_ERR_PEER_FAILED) return Fail("barrier after a peer died did not fail with PEER_FAILED");
+    // Rank 0 hosts the store and sees rank 1 go; another survivor may instead
+    // see rank 0 leave first (it returns as soon as it has checked).
+    if (me == 0 && !std::strstr(hixl_last_error(), "rank 1")) return Fail("the error does not name rank 1");
+    std::printf("rank %d: barrier failed as it should: %s\n", me, hixl_last_error());
+    return 0;
+  }
+  if (mode == "exit-early") {
+    if (me == 1) return 3;
+    (void)hixl_barrier();  // blocks until the failure is seen or hixlrun stops us
+    return 1;
+  }
+  std::fprintf(stderr, "usage: lifecycle clean|no-finalize|peer-dies|exit-early\n");
+  return 2;
+}

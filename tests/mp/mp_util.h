@@ -1,0 +1,91 @@
+// Helpers for the multi-process tests: deterministic data patterns that
+// both sides can compute without talking, and a gtest main that joins the
+// world.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <hixl/hixl.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+
+namespace hixl::test {
+
+inline uint64_t Mix(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// Byte i of the pattern `seed` is byte (i % 8) of Mix(seed * K + i / 8).
+inline uint8_t PatternByte(uint64_t seed, uint64_t i) {
+  return static_cast<uint8_t>(Mix(seed * 0x100000001B3ull + (i >> 3)) >> ((i & 7) * 8));
+}
+
+// Fills buf with bytes [first, first+n) of pattern seed.
+inline void Fill(void* buf, size_t n, uint64_t seed, uint64_t first = 0) {
+  auto* p = static_cast<uint8_t*>(buf);
+  size_t i = 0;
+  for (; i < n && ((first + i) & 7) != 0; ++i) p[i] = PatternByte(seed, first + i);
+  for (; i + 8 <= n; i += 8) {
+    uint64_t w = Mix(seed * 0x100000001B3ull + ((first + i) >> 3));
+    std::memcpy(p + i, &w, 8);
+  }
+  for (; i < n; ++i) p[i] = PatternByte(seed, first + i);
+}
+
+// The index of the first byte that differs from the pattern, or -1.
+inline int64_t FirstMismatch(const void* buf, size_t n, uint64_t seed, uint64_t first = 0) {
+  const auto* p = static_cast<const uint8_t*>(buf);
+  size_t i = 0;
+  for (; i < n && ((first + i) & 7) != 0; ++i) {
+    if (p[i] != PatternByte(seed, first + i)) return static_cast<int64_t>(i);
+  }
+  for (; i + 8 <= n; i += 8) {
+    uint64_t w = Mix(seed * 0x100000001B3ull + ((first + i) >> 3));
+    if (std::memcmp(p + i, &w, 8) != 0) {
+      for (size_t j = i; j < i + 8; ++j) {
+        if (p[j] != PatternByte(seed, first + j)) return static_cast<int64_t>(j);
+      }
+    }
+  }
+  for (; i < n; ++i) {
+    if (p[i] != PatternByte(seed, first + i)) return static_cast<int64_t>(i);
+  }
+  return -1;
+}
+
+inline int64_t FirstNot(const void* buf, size_t n, uint8_t v) {
+  const auto* p = static_cast<const uint8_t*>(buf);
+  for (size_t i = 0; i < n; ++i) {
+    if (p[i] != v) return static_cast<int64_t>(i);
+  }
+  return -1;
+}
+
+// A transfer size and offset that every rank derives from the same inputs:
+// sizes log-uniform in [1, max_size], offsets anywhere in [0, room - size].
+struct Shape {
+  size_t size;
+  size_t offset;
+};
+inline Shape RandomShape(uint64_t a, uint64_t b, uint64_t c, size_t max_size, size_t room) {
+  std::mt19937_64 rng(Mix(Mix(Mix(a) ^ b) ^ c));
+  std::uniform_real_distribution<double> lg(0.0, std::log(static_cast<double>(max_size)));
+  size_t size = std::max<size_t>(1, std::min<size_t>(max_size, static_cast<size_t>(std::exp(lg(rng)))));
+  size_t offset = std::uniform_int_distribution<size_t>(0, room - size)(rng);
+  return {size, offset};
+}
+
+#define HIXL_ASSERT_OK(expr)                                       \
+  do {                                                             \
+    ::hixl::Status _s = (expr);                                    \
+    ASSERT_TRUE(_s.ok()) << #expr << " -> " << _s.ToString();     \
+  } while (0)
+
+}  // namespace hixl::test
