@@ -37,16 +37,17 @@ struct ControlServer::Impl {
         return;
       }
       if (pfds[0].revents) return;
-      if (pfds[1].revents & POLLIN) {
-        int fd = ::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC);
-        if (fd >= 0) conns.emplace_back(fd);
-      }
+      // Serve the connections that were polled, then accept new ones.
       std::vector<size_t> dead;
-      for (size_t i = 0; i < conns.size(); ++i) {
+      for (size_t i = 0; i + 2 < pfds.size(); ++i) {
         if (!pfds[i + 2].revents) continue;
         if (!Serve(conns[i].get())) dead.push_back(i);
       }
       for (auto it = dead.rbegin(); it != dead.rend(); ++it) conns.erase(conns.begin() + static_cast<long>(*it));
+      if (pfds[1].revents & POLLIN) {
+        int fd = ::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC);
+        if (fd >= 0) conns.emplace_back(fd);
+      }
     }
   }
 
