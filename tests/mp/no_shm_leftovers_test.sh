@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # Ranks that exit without hixl_finalize leave no shared-memory files, no
-# processes and no listening sockets behind.
+# processes and no listening sockets behind.  (A rank may see another leave
+# first: rank 0 exiting takes the store with it, and a rank still waiting
+# for its last barrier's reply then fails with HIXL_ERR_PEER_FAILED, exit 1.
+# That is the correct outcome of leaving without finalize; what is checked
+# here is what stays behind.)
 set -u
 hixlrun=$1 lifecycle=$2
 before=$(ls /dev/shm | wc -l)
@@ -8,7 +12,8 @@ timeout 60 "$hixlrun" -n 4 "$lifecycle" no-finalize
 rc=$?
 after=$(ls /dev/shm | wc -l)
 fail=0
-[[ $rc -eq 0 ]] || { echo "FAIL: ranks exited with $rc"; fail=1; }
+[[ $rc -eq 0 || $rc -eq 1 ]] || { echo "FAIL: ranks exited with $rc"; fail=1; }
+ss -ltnp 2>/dev/null | grep -q lifecycle && { echo "FAIL: a listening socket of the ranks remains"; fail=1; }
 [[ $after -le $before ]] || { echo "FAIL: /dev/shm has $((after - before)) new entries: $(ls /dev/shm)"; fail=1; }
 ls /dev/shm | grep -qi hixl && { echo "FAIL: hixl files in /dev/shm"; fail=1; }
 pgrep -f "$lifecycle no-finalize" >/dev/null && { echo "FAIL: ranks still running"; fail=1; }
