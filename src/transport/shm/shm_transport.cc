@@ -197,6 +197,7 @@ Result<Mapping> MapShared(int fd, size_t n) {
 struct ShmKey final : RemoteKey {
   uint64_t base = 0;
   uint8_t* mapped = nullptr;  // the region in this process, for heap regions
+  void* peer = nullptr;       // the transport's Peer, so the hot path takes no lock
 };
 
 // -------------------------------------------------------- the transport
@@ -278,6 +279,8 @@ class ShmTransport final : public Transport {
                                                std::string_view key_blob) override {
     auto key = std::make_shared<ShmKey>();
     key->base = base;
+    HIXL_ASSIGN_OR_RETURN(Peer * p, GetPeer(peer));
+    key->peer = p;
     if (key_blob.empty()) return std::shared_ptr<RemoteKey>(key);
     net::Reader r(key_blob);
     uint32_t seg = 0;
@@ -285,7 +288,6 @@ class ShmTransport final : public Transport {
     if (!r.Get(&seg) || !r.Get(&off) || !r.Get(&size)) {
       return Err(Errc::kTransport, "shm: malformed key from rank {}", peer);
     }
-    HIXL_ASSIGN_OR_RETURN(Peer * p, GetPeer(peer));
     if (p->self) {
       key->mapped = reinterpret_cast<uint8_t*>(base);
     } else {
@@ -295,13 +297,13 @@ class ShmTransport final : public Transport {
     return std::shared_ptr<RemoteKey>(key);
   }
 
-  Status Put(int peer, const RemoteKey& k, const void* src, uint64_t dst, size_t n) override {
+  Status Put(int, const RemoteKey& k, const void* src, uint64_t dst, size_t n) override {
     const auto& key = static_cast<const ShmKey&>(k);
     if (key.mapped) {
       std::memcpy(key.mapped + (dst - key.base), src, n);
       return Status::Ok();
     }
-    HIXL_ASSIGN_OR_RETURN(Peer * p, GetPeer(peer));
+    auto* p = static_cast<Peer*>(key.peer);
     if (p->self) {
       std::memmove(reinterpret_cast<void*>(dst), src, n);
       return Status::Ok();
@@ -313,13 +315,13 @@ class ShmTransport final : public Transport {
     return RelayPut(p, src, dst, n);
   }
 
-  Status Get(int peer, const RemoteKey& k, uint64_t src, void* dst, size_t n) override {
+  Status Get(int, const RemoteKey& k, uint64_t src, void* dst, size_t n) override {
     const auto& key = static_cast<const ShmKey&>(k);
     if (key.mapped) {
       std::memcpy(dst, key.mapped + (src - key.base), n);
       return Status::Ok();
     }
-    HIXL_ASSIGN_OR_RETURN(Peer * p, GetPeer(peer));
+    auto* p = static_cast<Peer*>(key.peer);
     if (p->self) {
       std::memmove(dst, reinterpret_cast<const void*>(src), n);
       return Status::Ok();
