@@ -2,7 +2,9 @@
 //
 // The same model as hixl.h (which is a thin layer over this): a world of
 // ranks, symmetric and registered memory, put/get/fence/barrier/allgather.
-// Failures are returned as Status / Result<T>, never thrown.
+// Failures are returned as Status / Result<T>, never thrown (only
+// std::bad_alloc may escape when the process is out of memory; the C API
+// turns it into HIXL_ERR_NO_MEMORY).
 #ifndef HIXL_HIXL_HPP_
 #define HIXL_HIXL_HPP_
 

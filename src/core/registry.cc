@@ -23,8 +23,10 @@ Result<RegionTable> RegionTable::Parse(std::string_view bytes) {
   uint32_t n = 0;
   auto bad = [] { return Err(Errc::kTransport, "malformed region table from peer"); };
   if (!rd.Get(&t.generation) || !rd.Get(&n)) return bad();
-  t.regions.resize(n);
-  for (RegionRecord& r : t.regions) {
+  // Records are appended as they parse: the count comes from the peer and is
+  // not trusted to size an allocation.
+  for (uint32_t j = 0; j < n; ++j) {
+    RegionRecord& r = t.regions.emplace_back();
     uint8_t kind = 0;
     uint32_t nkeys = 0;
     if (!rd.Get(&r.base) || !rd.Get(&r.len) || !rd.Get(&kind) || !rd.Get(&nkeys)) return bad();
