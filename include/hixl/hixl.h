@@ -26,6 +26,7 @@ extern "C" {
 #define HIXL_ERR_ALREADY_INITIALIZED (-10) /* hixl_init called twice */
 #define HIXL_ERR_BOOTSTRAP (-11)        /* environment or rendezvous problem */
 #define HIXL_ERR_INTERNAL (-12)         /* a bug in hixl: please report it */
+#define HIXL_ERR_QUEUE_FULL (-13)       /* the target's notification queue is full: retry later */
 
 /* Joins the world described by the environment (RANK, WORLD_SIZE,
  * MASTER_ADDR, MASTER_PORT, or Open MPI / PMI / Slurm variables).  Without
@@ -63,6 +64,66 @@ int hixl_barrier(void);
 /* Collective: recv receives bytes_per_rank bytes from each rank, in rank
  * order (recv holds world_size * bytes_per_rank bytes). */
 int hixl_allgather(const void *send, void *recv, size_t bytes_per_rank);
+
+/* ---- Signals, atomics and notifications: telling a target that data
+ * arrived, without asking it to take part. */
+
+/* How hixl_put_signal updates the signal word. */
+#define HIXL_SIGNAL_SET 0
+#define HIXL_SIGNAL_ADD 1
+
+/* Comparisons for hixl_wait_until / hixl_test. */
+#define HIXL_CMP_EQ 0
+#define HIXL_CMP_NE 1
+#define HIXL_CMP_GT 2
+#define HIXL_CMP_GE 3
+#define HIXL_CMP_LT 4
+#define HIXL_CMP_LE 5
+
+/* Writes size bytes like hixl_put, then updates the 64-bit word at sig_addr
+ * on dst_rank (SET to value, or ADD value).  Whoever sees the new signal
+ * value sees the data.  sig_addr must be 8-byte aligned and registered (or
+ * allocated) on dst_rank; signals in symmetric memory are fastest. */
+int hixl_put_signal(int dst_rank, const void *src_addr, uint64_t dst_addr, size_t size, uint64_t sig_addr,
+                    uint64_t value, int op);
+
+/* Waits until the local 64-bit word *sig_addr compares true against value
+ * (e.g. HIXL_CMP_GE): spins briefly, then sleeps.  HIXL_ERR_TIMEOUT after
+ * timeout_ms (a negative timeout means HIXL_TIMEOUT_MS). */
+int hixl_wait_until(const uint64_t *sig_addr, int cmp, uint64_t value, int64_t timeout_ms);
+/* 1 if the comparison holds now, 0 if not, a negative code on bad input. */
+int hixl_test(const uint64_t *sig_addr, int cmp, uint64_t value);
+
+/* Atomic operations on a 64-bit word in memory that `rank` registered or
+ * allocated (8-byte aligned).  Correct when several ranks hit one word at
+ * once.  Each is ordered after the puts this process issued to `rank`
+ * before it, and completes before it returns.  `old` may be NULL where the
+ * old value is not wanted. */
+int hixl_atomic_fetch(int rank, uint64_t addr, uint64_t *value);
+int hixl_atomic_set(int rank, uint64_t addr, uint64_t value);
+int hixl_atomic_add(int rank, uint64_t addr, uint64_t value);
+int hixl_atomic_fetch_add(int rank, uint64_t addr, uint64_t value, uint64_t *old);
+int hixl_atomic_swap(int rank, uint64_t addr, uint64_t value, uint64_t *old);
+/* Stores desired if the word equals expected; *old receives the value seen. */
+int hixl_atomic_compare_swap(int rank, uint64_t addr, uint64_t expected, uint64_t desired, uint64_t *old);
+
+/* Notifications: small messages to a rank's queue, delivered after every
+ * put the sender issued to that rank before them. */
+#define HIXL_NOTIFY_MAX_BYTES 4096
+typedef struct hixl_notification {
+  int src_rank;
+  uint32_t len;
+  unsigned char data[HIXL_NOTIFY_MAX_BYTES];
+} hixl_notification_t;
+/* Delivers len <= HIXL_NOTIFY_MAX_BYTES bytes to dst_rank's queue.
+ * HIXL_ERR_QUEUE_FULL when the queue holds HIXL_NOTIFY_QUEUE_DEPTH
+ * messages already (nothing is dropped: retry later). */
+int hixl_notify(int dst_rank, const void *bytes, size_t len);
+/* Takes up to max queued notifications without waiting; *count says how many. */
+int hixl_get_notifications(hixl_notification_t *out, int max, int *count);
+/* Waits for one notification (HIXL_ERR_TIMEOUT after timeout_ms; negative
+ * means HIXL_TIMEOUT_MS). */
+int hixl_wait_notification(hixl_notification_t *out, int64_t timeout_ms);
 
 /* The name of an error code ("HIXL_ERR_TIMEOUT: ..."); never NULL. */
 const char *hixl_strerror(int err);

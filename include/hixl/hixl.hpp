@@ -35,6 +35,22 @@ enum class Errc : int {
   kAlreadyInitialized = HIXL_ERR_ALREADY_INITIALIZED,
   kBootstrap = HIXL_ERR_BOOTSTRAP,
   kInternal = HIXL_ERR_INTERNAL,
+  kQueueFull = HIXL_ERR_QUEUE_FULL,
+};
+
+enum class SignalOp : int { kSet = HIXL_SIGNAL_SET, kAdd = HIXL_SIGNAL_ADD };
+enum class Cmp : int {
+  kEq = HIXL_CMP_EQ,
+  kNe = HIXL_CMP_NE,
+  kGt = HIXL_CMP_GT,
+  kGe = HIXL_CMP_GE,
+  kLt = HIXL_CMP_LT,
+  kLe = HIXL_CMP_LE,
+};
+
+struct Notification {
+  int src_rank = -1;
+  std::string data;
 };
 
 // A small value type: success, or an error code with a message in words.
@@ -107,6 +123,24 @@ class World {
   Status Barrier();
   // recv.size() becomes size() * send.size().
   Status Allgather(const void* send, void* recv, size_t bytes_per_rank);
+  // Signals, atomics and notifications: see hixl.h.
+  Status PutSignal(int dst_rank, const void* src, uint64_t dst_addr, size_t size, uint64_t sig_addr,
+                   uint64_t value, SignalOp op);
+  // timeout_ms < 0 means HIXL_TIMEOUT_MS.
+  Status WaitUntil(const uint64_t* sig, Cmp cmp, uint64_t value, int64_t timeout_ms = -1);
+  static bool Test(const uint64_t* sig, Cmp cmp, uint64_t value);
+  Result<uint64_t> AtomicFetch(int rank, uint64_t addr);
+  Status AtomicSet(int rank, uint64_t addr, uint64_t value);
+  Status AtomicAdd(int rank, uint64_t addr, uint64_t value);
+  Result<uint64_t> AtomicFetchAdd(int rank, uint64_t addr, uint64_t value);
+  Result<uint64_t> AtomicSwap(int rank, uint64_t addr, uint64_t value);
+  // Returns the value seen; the swap happened if it equals `expected`.
+  Result<uint64_t> AtomicCompareSwap(int rank, uint64_t addr, uint64_t expected, uint64_t desired);
+  Status Notify(int dst_rank, const void* bytes, size_t len);
+  // Every queued notification, without waiting.
+  Result<std::vector<Notification>> GetNotifications();
+  Result<Notification> WaitNotification(int64_t timeout_ms = -1);
+
   template <typename T>
   Result<std::vector<T>> Allgather(const T& value) {
     std::vector<T> out(static_cast<size_t>(size()));

@@ -98,6 +98,9 @@ Result<Config> ParseConfig(const GetEnv& env) {
     }
   }
   if (auto d = env("HIXL_NET_DEV")) c.net_dev = *d;
+  if (auto q = env("HIXL_NOTIFY_QUEUE_DEPTH")) {
+    HIXL_ASSIGN_OR_RETURN(c.notify_queue_depth, ParseInt("HIXL_NOTIFY_QUEUE_DEPTH", *q, 1, 1 << 24));
+  }
   if (auto m = env("HIXL_SHM_CMA")) {
     if (*m == "0" || *m == "false" || *m == "no" || *m == "off") {
       c.shm_cma = false;

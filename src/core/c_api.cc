@@ -3,7 +3,9 @@
 // crosses this boundary.
 #include <hixl/hixl.h>
 
+#include <cstring>
 #include <exception>
+#include <vector>
 
 #include "core/status.h"
 #include "core/world.h"
@@ -125,6 +127,94 @@ int hixl_allgather(const void* send, void* recv, size_t bytes_per_rank) {
   });
 }
 
+int hixl_put_signal(int dst_rank, const void* src_addr, uint64_t dst_addr, size_t size, uint64_t sig_addr,
+                    uint64_t value, int op) {
+  return Guard([&]() -> Status {
+    WORLD_OR_FAIL(w, "hixl_put_signal");
+    return w->PutSignal(dst_rank, src_addr, dst_addr, size, sig_addr, value, op);
+  });
+}
+
+int hixl_wait_until(const uint64_t* sig_addr, int cmp, uint64_t value, int64_t timeout_ms) {
+  return Guard([&]() -> Status {
+    WORLD_OR_FAIL(w, "hixl_wait_until");
+    return w->WaitUntil(sig_addr, cmp, value, timeout_ms);
+  });
+}
+
+int hixl_test(const uint64_t* sig_addr, int cmp, uint64_t value) {
+  auto r = hixl::core::TestSignal(sig_addr, cmp, value);
+  if (!r.ok()) return Report(hixl::Status(r.status().code(), "hixl_test: " + r.status().message()));
+  return r.value() ? 1 : 0;
+}
+
+static int AtomicCall(const char* api, int rank, uint64_t addr, hixl::transport::AtomicOp op, uint64_t operand,
+                      uint64_t compare, uint64_t* old) {
+  return Guard([&]() -> Status {
+    WORLD_OR_FAIL(w, api);
+    return w->Atomic(api, rank, addr, op, operand, compare, old);
+  });
+}
+
+int hixl_atomic_fetch(int rank, uint64_t addr, uint64_t* value) {
+  if (!value) return Report(hixl::Status(hixl::Errc::kInvalidArg, "hixl_atomic_fetch: value is NULL"));
+  return AtomicCall("hixl_atomic_fetch", rank, addr, hixl::transport::AtomicOp::kFetch, 0, 0, value);
+}
+int hixl_atomic_set(int rank, uint64_t addr, uint64_t value) {
+  return AtomicCall("hixl_atomic_set", rank, addr, hixl::transport::AtomicOp::kSet, value, 0, nullptr);
+}
+int hixl_atomic_add(int rank, uint64_t addr, uint64_t value) {
+  return AtomicCall("hixl_atomic_add", rank, addr, hixl::transport::AtomicOp::kAdd, value, 0, nullptr);
+}
+int hixl_atomic_fetch_add(int rank, uint64_t addr, uint64_t value, uint64_t* old) {
+  return AtomicCall("hixl_atomic_fetch_add", rank, addr, hixl::transport::AtomicOp::kAdd, value, 0, old);
+}
+int hixl_atomic_swap(int rank, uint64_t addr, uint64_t value, uint64_t* old) {
+  return AtomicCall("hixl_atomic_swap", rank, addr, hixl::transport::AtomicOp::kSet, value, 0, old);
+}
+int hixl_atomic_compare_swap(int rank, uint64_t addr, uint64_t expected, uint64_t desired, uint64_t* old) {
+  return AtomicCall("hixl_atomic_compare_swap", rank, addr, hixl::transport::AtomicOp::kCompareSwap, desired,
+                    expected, old);
+}
+
+int hixl_notify(int dst_rank, const void* bytes, size_t len) {
+  return Guard([&]() -> Status {
+    WORLD_OR_FAIL(w, "hixl_notify");
+    return w->Notify(dst_rank, bytes, len);
+  });
+}
+
+static void CopyOut(const hixl::Notification& n, hixl_notification_t* out) {
+  out->src_rank = n.src_rank;
+  out->len = static_cast<uint32_t>(n.data.size());
+  std::memcpy(out->data, n.data.data(), n.data.size());
+}
+
+int hixl_get_notifications(hixl_notification_t* out, int max, int* count) {
+  return Guard([&]() -> Status {
+    WORLD_OR_FAIL(w, "hixl_get_notifications");
+    if (!out || !count || max < 0) {
+      return hixl::Status(hixl::Errc::kInvalidArg, "hixl_get_notifications: out and count must not be NULL, max >= 0");
+    }
+    std::vector<hixl::Notification> got;
+    HIXL_RETURN_IF_ERROR(w->TakeNotifications(static_cast<size_t>(max), false, 0, &got));
+    for (size_t i = 0; i < got.size(); ++i) CopyOut(got[i], &out[i]);
+    *count = static_cast<int>(got.size());
+    return hixl::Status::Ok();
+  });
+}
+
+int hixl_wait_notification(hixl_notification_t* out, int64_t timeout_ms) {
+  return Guard([&]() -> Status {
+    WORLD_OR_FAIL(w, "hixl_wait_notification");
+    if (!out) return hixl::Status(hixl::Errc::kInvalidArg, "hixl_wait_notification: out is NULL");
+    std::vector<hixl::Notification> got;
+    HIXL_RETURN_IF_ERROR(w->TakeNotifications(1, true, timeout_ms, &got));
+    CopyOut(got.front(), out);
+    return hixl::Status::Ok();
+  });
+}
+
 const char* hixl_strerror(int err) {
   switch (err) {
     case HIXL_SUCCESS: return "HIXL_SUCCESS: success";
@@ -140,6 +230,7 @@ const char* hixl_strerror(int err) {
     case HIXL_ERR_ALREADY_INITIALIZED: return "HIXL_ERR_ALREADY_INITIALIZED: hixl_init called twice";
     case HIXL_ERR_BOOTSTRAP: return "HIXL_ERR_BOOTSTRAP: environment or rendezvous problem";
     case HIXL_ERR_INTERNAL: return "HIXL_ERR_INTERNAL: internal error in hixl";
+    case HIXL_ERR_QUEUE_FULL: return "HIXL_ERR_QUEUE_FULL: the target's notification queue is full";
     default: return "HIXL_ERR_UNKNOWN: unknown error code";
   }
 }

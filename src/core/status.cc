@@ -19,6 +19,7 @@ const char* ErrcName(int code) {
     case HIXL_ERR_ALREADY_INITIALIZED: return "HIXL_ERR_ALREADY_INITIALIZED";
     case HIXL_ERR_BOOTSTRAP: return "HIXL_ERR_BOOTSTRAP";
     case HIXL_ERR_INTERNAL: return "HIXL_ERR_INTERNAL";
+    case HIXL_ERR_QUEUE_FULL: return "HIXL_ERR_QUEUE_FULL";
     default: return "HIXL_ERR_UNKNOWN";
   }
 }

@@ -18,6 +18,7 @@ namespace {
 // Control-plane request types.
 constexpr uint8_t kFetchTable = 1;   // -> RegionTable::Serialize()
 constexpr uint8_t kInvalidate = 2;   // [u64 generation][u64 base][u64 len] -> ""
+// kNotifyRequest (world.h) = 3: [bytes] -> "" (or kQueueFull)
 
 std::mutex g_mu;                          // init / finalize
 std::atomic<WorldImpl*> g_world{nullptr};  // deliberately leaked at exit without finalize
@@ -402,6 +403,10 @@ Result<std::string> WorldImpl::HandleControl(int from, uint8_t type, std::string
       uint64_t gen = 0, base = 0, len = 0;
       if (!rd.Get(&gen) || !rd.Get(&base) || !rd.Get(&len)) return Err(Errc::kInvalidArg, "malformed invalidation");
       peers_[static_cast<size_t>(from)]->table.Invalidate(gen, base, len);
+      return std::string();
+    }
+    case kNotifyRequest: {
+      HIXL_RETURN_IF_ERROR(EnqueueNotification(from, std::string(payload)));
       return std::string();
     }
     default:

@@ -5,6 +5,8 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -42,6 +44,18 @@ class WorldImpl final : public transport::Host {
   Status Fence();
   Status Barrier();
   Status Allgather(const void* send, void* recv, size_t bytes_per_rank);
+
+  // Signals, atomics, notifications (world_signal.cc).
+  Status PutSignal(int dst_rank, const void* src, uint64_t dst_addr, size_t size, uint64_t sig_addr,
+                   uint64_t value, int op);
+  Status WaitUntil(const uint64_t* sig, int cmp, uint64_t value, int64_t timeout_ms) const;
+  Status Atomic(const char* api, int rank, uint64_t addr, transport::AtomicOp op, uint64_t operand,
+                uint64_t compare, uint64_t* old);
+  Status Notify(int dst_rank, const void* bytes, size_t len);
+  // Takes up to max queued notifications (or waits up to timeout_ms for one
+  // when wait is set and the queue is empty).
+  Status TakeNotifications(size_t max, bool wait, int64_t timeout_ms, std::vector<Notification>* out);
+
   // Collective; leaves the world.  The object is unusable afterwards.
   Status Finalize();
 
@@ -81,10 +95,22 @@ class WorldImpl final : public transport::Host {
   std::mutex subscribers_mu_;
   std::set<int> subscribers_;  // ranks holding a copy of our region table
 
+  // Notifications received, oldest first.
+  Status EnqueueNotification(int from, std::string data);
+  std::mutex notify_mu_;
+  std::condition_variable notify_cv_;
+  std::deque<Notification> notifications_;
+
   std::atomic<uint64_t> barrier_epoch_{0};
   std::atomic<uint64_t> allgather_epoch_{0};
   bool finalized_ = false;
 };
+
+// The control request that carries a notification (world.cc serves it).
+inline constexpr uint8_t kNotifyRequest = 3;
+// Signal words: validation and a test without waiting.
+Status CheckCmp(int cmp);
+Result<bool> TestSignal(const uint64_t* sig, int cmp, uint64_t value);
 
 // The process's world, or nullptr outside init..finalize.
 WorldImpl* Current();

@@ -24,6 +24,14 @@ namespace hixl::transport {
 // which kinds it can move in its capabilities.
 enum class MemKind : uint8_t { kHost = 0, kDevice = 1 };
 
+enum class AtomicOp : uint8_t { kFetch = 0, kSet = 1, kAdd = 2, kCompareSwap = 3 };
+
+// Applies op to *word atomically (sequentially consistent) and returns the
+// value before it; shared by transports that touch the memory themselves.
+uint64_t ApplyAtomic(uint64_t* word, AtomicOp op, uint64_t operand, uint64_t compare);
+// Wakes threads sleeping in hixl_wait_until on word (any process that maps it).
+void WakeWaiters(const uint64_t* word);
+
 struct Capabilities {
   bool host_memory = true;
   bool device_memory = false;
@@ -95,6 +103,16 @@ class Transport {
   virtual Status Get(int peer, const RemoteKey& key, uint64_t src, void* dst, size_t n) = 0;
   // Completes every transfer started so far, by any thread.
   virtual Status Flush() = 0;
+
+  // A 64-bit atomic on the peer's word at addr (8-byte aligned, checked to
+  // lie in the key's region).  Ordered after every put this process issued
+  // to the peer before it; complete when it returns; *old receives the
+  // value before the operation.  Transports without atomics say so.
+  virtual Status Atomic(int peer, const RemoteKey& key, AtomicOp op, uint64_t addr, uint64_t operand,
+                        uint64_t compare, uint64_t* old) {
+    (void)key, (void)op, (void)addr, (void)operand, (void)compare, (void)old;
+    return Err(Errc::kUnsupported, "the {} transport has no remote atomics (rank {})", name(), peer);
+  }
 
   // Stops background work; called once before destruction.
   virtual void Shutdown() = 0;

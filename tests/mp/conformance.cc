@@ -2,8 +2,6 @@
 // whichever transport the environment selects.  Every rank runs the same
 // tests in the same order; collective steps keep them in step.  A failure
 // ends the rank at once (fail-fast), and hixlrun then stops the others.
-#include <sys/mman.h>
-#include <sys/prctl.h>
 
 #include <atomic>
 #include <thread>
@@ -15,60 +13,6 @@
 
 namespace hixl::test {
 namespace {
-
-World* g_world = nullptr;
-
-int Rank() { return g_world->rank(); }
-int Size() { return g_world->size(); }
-
-// Memory that peers can reach: symmetric (hixl_alloc) or registered (mmap).
-enum class Kind { kSymmetric, kRegistered };
-
-class Remote {
- public:
-  // Collective: every rank makes `bytes` of `kind` memory; base(r) is rank
-  // r's address of it.
-  Remote(Kind kind, size_t bytes) : kind_(kind), bytes_(bytes) {
-    if (kind == Kind::kSymmetric) {
-      auto p = g_world->Alloc(bytes);
-      EXPECT_TRUE(p.ok()) << p.status().ToString();
-      ptr_ = p.ok() ? static_cast<uint8_t*>(p.value()) : nullptr;
-    } else {
-      void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-      EXPECT_NE(p, MAP_FAILED);
-      ptr_ = static_cast<uint8_t*>(p);
-      Status s = g_world->RegisterMemory(ptr_, bytes);
-      EXPECT_TRUE(s.ok()) << s.ToString();
-    }
-    auto all = g_world->Allgather(reinterpret_cast<uint64_t>(ptr_));
-    EXPECT_TRUE(all.ok());
-    if (all.ok()) bases_ = all.value();
-    if (kind == Kind::kSymmetric) {
-      for (uint64_t b : bases_) EXPECT_EQ(b, bases_[0]) << "symmetric memory must have one address everywhere";
-    }
-  }
-  ~Remote() {
-    if (kind_ == Kind::kSymmetric) {
-      EXPECT_TRUE(g_world->Free(ptr_).ok());
-    } else {
-      EXPECT_TRUE(g_world->DeregisterMemory(ptr_).ok());
-      ::munmap(ptr_, bytes_);
-    }
-  }
-  uint8_t* local() const { return ptr_; }
-  uint64_t base(int r) const { return bases_.at(static_cast<size_t>(r)); }
-  size_t bytes() const { return bytes_; }
-
- private:
-  Kind kind_;
-  size_t bytes_;
-  uint8_t* ptr_ = nullptr;
-  std::vector<uint64_t> bases_;
-};
-
-std::string KindName(const testing::TestParamInfo<Kind>& info) {
-  return info.param == Kind::kSymmetric ? "Symmetric" : "Registered";
-}
 
 class Transfer : public testing::TestWithParam<Kind> {};
 
@@ -442,23 +386,3 @@ TEST(Collectives, AllgatherOrdersByRank) {
 }  // namespace
 }  // namespace hixl::test
 
-int main(int argc, char** argv) {
-  testing::InitGoogleTest(&argc, argv);
-  GTEST_FLAG_SET(fail_fast, true);
-  // For the test of the relay fallback: a process that is not dumpable can't
-  // be reached with cross-memory attach by a process without CAP_SYS_PTRACE.
-  if (std::getenv("HIXL_TEST_UNDUMPABLE")) ::prctl(PR_SET_DUMPABLE, 0);
-  auto world = hixl::World::Init();
-  if (!world.ok()) {
-    std::fprintf(stderr, "hixl init failed: %s\n", world.status().ToString().c_str());
-    return 2;
-  }
-  hixl::test::g_world = &world.value();
-  int rc = RUN_ALL_TESTS();
-  hixl::Status s = world->Finalize();
-  if (!s.ok()) {
-    std::fprintf(stderr, "hixl finalize failed: %s\n", s.ToString().c_str());
-    return rc == 0 ? 3 : rc;
-  }
-  return rc;
-}

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 
 #include <hixl/hixl.hpp>
 
@@ -12,8 +13,12 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <vector>
 
 namespace hixl::test {
+
+// The world of this rank (set by mp_main.cc before the tests run).
+extern World* g_world;
 
 inline uint64_t Mix(uint64_t x) {
   x += 0x9E3779B97F4A7C15ull;
@@ -87,5 +92,57 @@ inline Shape RandomShape(uint64_t a, uint64_t b, uint64_t c, size_t max_size, si
     ::hixl::Status _s = (expr);                                    \
     ASSERT_TRUE(_s.ok()) << #expr << " -> " << _s.ToString();     \
   } while (0)
+
+inline int Rank() { return g_world->rank(); }
+inline int Size() { return g_world->size(); }
+
+// Memory that peers can reach: symmetric (hixl_alloc) or registered (mmap).
+enum class Kind { kSymmetric, kRegistered };
+
+class Remote {
+ public:
+  // Collective: every rank makes `bytes` of `kind` memory; base(r) is rank
+  // r's address of it.
+  Remote(Kind kind, size_t bytes) : kind_(kind), bytes_(bytes) {
+    if (kind == Kind::kSymmetric) {
+      auto p = g_world->Alloc(bytes);
+      EXPECT_TRUE(p.ok()) << p.status().ToString();
+      ptr_ = p.ok() ? static_cast<uint8_t*>(p.value()) : nullptr;
+    } else {
+      void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      EXPECT_NE(p, MAP_FAILED);
+      ptr_ = static_cast<uint8_t*>(p);
+      Status s = g_world->RegisterMemory(ptr_, bytes);
+      EXPECT_TRUE(s.ok()) << s.ToString();
+    }
+    auto all = g_world->Allgather(reinterpret_cast<uint64_t>(ptr_));
+    EXPECT_TRUE(all.ok());
+    if (all.ok()) bases_ = all.value();
+    if (kind == Kind::kSymmetric) {
+      for (uint64_t b : bases_) EXPECT_EQ(b, bases_[0]) << "symmetric memory must have one address everywhere";
+    }
+  }
+  ~Remote() {
+    if (kind_ == Kind::kSymmetric) {
+      EXPECT_TRUE(g_world->Free(ptr_).ok());
+    } else {
+      EXPECT_TRUE(g_world->DeregisterMemory(ptr_).ok());
+      ::munmap(ptr_, bytes_);
+    }
+  }
+  uint8_t* local() const { return ptr_; }
+  uint64_t base(int r) const { return bases_.at(static_cast<size_t>(r)); }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  Kind kind_;
+  size_t bytes_;
+  uint8_t* ptr_ = nullptr;
+  std::vector<uint64_t> bases_;
+};
+
+inline std::string KindName(const testing::TestParamInfo<Kind>& info) {
+  return info.param == Kind::kSymmetric ? "Symmetric" : "Registered";
+}
 
 }  // namespace hixl::test

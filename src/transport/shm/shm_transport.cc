@@ -142,7 +142,7 @@ constexpr uint64_t kChannelBytes = kSlotsOffset + kSlots * kSlotBytes;
 constexpr uint32_t kChannelMagic = 0x6869786c;  // "hixl"
 
 enum SlotState : uint32_t { kFree = 0, kPosted = 1, kDone = 2 };
-enum SlotOp : uint32_t { kOpPut = 1, kOpGet = 2 };
+enum SlotOp : uint32_t { kOpPut = 1, kOpGet = 2, kOpAtomic = 3 };
 
 struct alignas(64) Slot {
   std::atomic<uint32_t> state;  // origin: Free -> Posted; target: Posted -> Done
@@ -150,6 +150,10 @@ struct alignas(64) Slot {
   uint64_t addr;
   uint64_t len;
   int32_t status;
+  uint32_t atomic_op;  // for kOpAtomic: an AtomicOp
+  uint64_t operand;
+  uint64_t compare;
+  uint64_t result;     // for kOpAtomic: the value before
 };
 struct ChannelHeader {
   uint32_t magic;
@@ -351,6 +355,30 @@ class ShmTransport final : public Transport {
       if (first.ok() && !s.ok()) first = s;
     }
     return first;
+  }
+
+  Status Atomic(int, const RemoteKey& k, AtomicOp op, uint64_t addr, uint64_t operand, uint64_t compare,
+                uint64_t* old) override {
+    const auto& key = static_cast<const ShmKey&>(k);
+    auto* p = static_cast<Peer*>(key.peer);
+    uint64_t* word = nullptr;
+    if (key.mapped) {
+      word = reinterpret_cast<uint64_t*>(key.mapped + (addr - key.base));
+    } else if (p->self) {
+      word = reinterpret_cast<uint64_t*>(addr);
+    } else {
+      // Memory we do not map: the target's progress thread applies it, in
+      // order behind any relayed puts.
+      return RelayAtomic(p, op, addr, operand, compare, old);
+    }
+    if (p->relay_open.load(std::memory_order_acquire)) {
+      // Relayed puts to this peer must land before the atomic is seen.
+      std::lock_guard lock(p->relay_mu);
+      HIXL_RETURN_IF_ERROR(DrainRelay(p));
+    }
+    *old = ApplyAtomic(word, op, operand, compare);
+    if (op != AtomicOp::kFetch) WakeWaiters(word);
+    return Status::Ok();
   }
 
   void Shutdown() override {
@@ -588,6 +616,29 @@ class ShmTransport final : public Transport {
     return Status::Ok();
   }
 
+  Status RelayAtomic(Peer* p, AtomicOp op, uint64_t addr, uint64_t operand, uint64_t compare, uint64_t* old) {
+    std::lock_guard lock(p->relay_mu);
+    HIXL_RETURN_IF_ERROR(OpenRelay(p));
+    const uint32_t i = p->next_slot;
+    HIXL_RETURN_IF_ERROR(Reclaim(p, i));
+    Slot& s = Channel(p)->slot[i];
+    s.atomic_op = static_cast<uint32_t>(op);
+    s.operand = operand;
+    s.compare = compare;
+    Post(p, i, kOpAtomic, addr, sizeof(uint64_t));
+    p->next_slot = (i + 1) % kSlots;
+    HIXL_RETURN_IF_ERROR(WaitNotPosted(p, s));
+    const int32_t status = s.status;
+    *old = s.result;
+    s.state.store(kFree, std::memory_order_relaxed);
+    if (status != 0) {
+      return Err(Errc::kNotRegistered,
+                 "Remote memory not registered: rank {} refused an atomic on the 8 bytes at {:#x} "
+                 "(deregistered meanwhile)", p->rank, addr);
+    }
+    return Status::Ok();
+  }
+
   // Spins briefly, then sleeps on the slot's futex; bounded by the timeout
   // and by the target's death.
   Status WaitNotPosted(Peer* p, Slot& s) {
@@ -694,10 +745,18 @@ class ShmTransport final : public Transport {
       if (s.state.load(std::memory_order_acquire) != kPosted) return;
       uint8_t* data = SlotData(c->channel.get(), c->next);
       const uint64_t addr = s.addr, len = s.len;
-      const bool put = s.op == kOpPut;
+      const uint32_t op = s.op;
       bool ok = len <= kSlotBytes && host_->AccessLocalRange(addr, len, [&] {
-        if (put) std::memcpy(reinterpret_cast<void*>(addr), data, len);
-        else std::memcpy(data, reinterpret_cast<const void*>(addr), len);
+        if (op == kOpPut) {
+          std::memcpy(reinterpret_cast<void*>(addr), data, len);
+        } else if (op == kOpGet) {
+          std::memcpy(data, reinterpret_cast<const void*>(addr), len);
+        } else {
+          auto* word = reinterpret_cast<uint64_t*>(addr);
+          auto aop = static_cast<AtomicOp>(s.atomic_op);
+          s.result = ApplyAtomic(word, aop, s.operand, s.compare);
+          if (aop != AtomicOp::kFetch) WakeWaiters(word);
+        }
       });
       s.status = ok ? 0 : HIXL_ERR_NOT_REGISTERED;
       s.state.store(kDone, std::memory_order_release);

@@ -1,0 +1,160 @@
+// Signals, remote atomics and notifications: how a target learns that data
+// arrived without taking part in the transfer.
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include "core/world.h"
+
+namespace hixl::core {
+
+namespace {
+
+bool Compare(uint64_t v, int cmp, uint64_t value) {
+  switch (cmp) {
+    case HIXL_CMP_EQ: return v == value;
+    case HIXL_CMP_NE: return v != value;
+    case HIXL_CMP_GT: return v > value;
+    case HIXL_CMP_GE: return v >= value;
+    case HIXL_CMP_LT: return v < value;
+    case HIXL_CMP_LE: return v <= value;
+  }
+  return false;
+}
+
+}  // namespace
+
+Status CheckCmp(int cmp) {
+  if (cmp < HIXL_CMP_EQ || cmp > HIXL_CMP_LE) {
+    return Err(Errc::kInvalidArg, "comparison {} is not one of HIXL_CMP_EQ..HIXL_CMP_LE", cmp);
+  }
+  return Status::Ok();
+}
+
+Result<bool> TestSignal(const uint64_t* sig, int cmp, uint64_t value) {
+  if (!sig) return Err(Errc::kInvalidArg, "the signal address is NULL");
+  if (reinterpret_cast<uintptr_t>(sig) % 8 != 0) {
+    return Err(Errc::kInvalidArg, "the signal word at {} is not 8-byte aligned", static_cast<const void*>(sig));
+  }
+  HIXL_RETURN_IF_ERROR(CheckCmp(cmp));
+  return Compare(std::atomic_ref<const uint64_t>(*sig).load(std::memory_order_acquire), cmp, value);
+}
+
+Status WorldImpl::WaitUntil(const uint64_t* sig, int cmp, uint64_t value, int64_t timeout_ms) const {
+  HIXL_ASSIGN_OR_RETURN(bool done, TestSignal(sig, cmp, value));
+  if (done) return Status::Ok();
+  const int64_t limit = timeout_ms < 0 ? cfg_.timeout_ms : timeout_ms;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(limit);
+  std::atomic_ref<const uint64_t> word(*sig);
+  // Spin briefly: a signal that is about to arrive costs no system call.
+  for (int i = 0; i < 2000; ++i) {
+    if (Compare(word.load(std::memory_order_acquire), cmp, value)) return Status::Ok();
+    __builtin_ia32_pause();
+  }
+  // Then sleep.  Writers wake the low half of the word (see WakeWaiters);
+  // the sleep is also cut into slices, so a change that only touches the
+  // high half is seen within a slice even if its wake-up raced ahead of us.
+  while (true) {
+    const uint64_t v = word.load(std::memory_order_acquire);
+    if (Compare(v, cmp, value)) return Status::Ok();
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) {
+      return Err(Errc::kTimeout, "hixl_wait_until: the word at {} is {} and did not become {} {} within {} ms",
+                 static_cast<const void*>(sig), v, std::array{"==", "!=", ">", ">=", "<", "<="}[static_cast<size_t>(cmp)],
+                 value, limit);
+    }
+    auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - now).count();
+    timespec ts{0, static_cast<long>(std::min<int64_t>(left, 10'000'000))};
+    ::syscall(SYS_futex, const_cast<uint64_t*>(sig), FUTEX_WAIT, static_cast<uint32_t>(v), &ts, nullptr, 0);
+  }
+}
+
+Status WorldImpl::Atomic(const char* api, int rank, uint64_t addr, transport::AtomicOp op, uint64_t operand,
+                         uint64_t compare, uint64_t* old) {
+  static uint64_t dummy;
+  HIXL_RETURN_IF_ERROR(CheckRemote(api, rank, addr, &dummy, sizeof(uint64_t)));
+  if (addr % 8 != 0) return Err(Errc::kInvalidArg, "{}: the remote word at {:#x} is not 8-byte aligned", api, addr);
+  HIXL_ASSIGN_OR_RETURN(const PeerTable::Entry* e, Lookup(api, rank, addr, sizeof(uint64_t)));
+  uint64_t seen = 0;
+  Status s = peers_[static_cast<size_t>(rank)]->transport->Atomic(rank, *e->key, op, addr, operand, compare, &seen);
+  if (!s.ok()) return Err(s.code(), "{}: {}", api, s.message());
+  if (old) *old = seen;
+  return Status::Ok();
+}
+
+Status WorldImpl::PutSignal(int dst_rank, const void* src, uint64_t dst_addr, size_t size, uint64_t sig_addr,
+                            uint64_t value, int op) {
+  if (op != HIXL_SIGNAL_SET && op != HIXL_SIGNAL_ADD) {
+    return Err(Errc::kInvalidArg, "hixl_put_signal: op {} is neither HIXL_SIGNAL_SET nor HIXL_SIGNAL_ADD", op);
+  }
+  // Check the signal word before writing any data, so a bad signal writes nothing.
+  static uint64_t dummy;
+  HIXL_RETURN_IF_ERROR(CheckRemote("hixl_put_signal", dst_rank, sig_addr, &dummy, sizeof(uint64_t)));
+  if (sig_addr % 8 != 0) {
+    return Err(Errc::kInvalidArg, "hixl_put_signal: the signal word at {:#x} is not 8-byte aligned", sig_addr);
+  }
+  HIXL_ASSIGN_OR_RETURN(const PeerTable::Entry* sig, Lookup("hixl_put_signal", dst_rank, sig_addr, 8));
+  if (size > 0) {
+    HIXL_RETURN_IF_ERROR(CheckRemote("hixl_put_signal", dst_rank, dst_addr, src, size));
+    HIXL_ASSIGN_OR_RETURN(const PeerTable::Entry* e, Lookup("hixl_put_signal", dst_rank, dst_addr, size));
+    HIXL_RETURN_IF_ERROR(peers_[static_cast<size_t>(dst_rank)]->transport->Put(dst_rank, *e->key, src, dst_addr, size));
+  }
+  // The transport orders the atomic after the put.
+  uint64_t old = 0;
+  auto aop = op == HIXL_SIGNAL_SET ? transport::AtomicOp::kSet : transport::AtomicOp::kAdd;
+  Status s = peers_[static_cast<size_t>(dst_rank)]->transport->Atomic(dst_rank, *sig->key, aop, sig_addr, value, 0, &old);
+  if (!s.ok()) return Err(s.code(), "hixl_put_signal: {}", s.message());
+  return Status::Ok();
+}
+
+Status WorldImpl::EnqueueNotification(int from, std::string data) {
+  std::lock_guard lock(notify_mu_);
+  if (notifications_.size() >= static_cast<size_t>(cfg_.notify_queue_depth)) {
+    return Err(Errc::kQueueFull,
+               "rank {}'s notification queue is full ({} messages, HIXL_NOTIFY_QUEUE_DEPTH): it has not taken "
+               "them yet; retry later", rank(), notifications_.size());
+  }
+  notifications_.push_back(Notification{from, std::move(data)});
+  notify_cv_.notify_all();
+  return Status::Ok();
+}
+
+Status WorldImpl::Notify(int dst_rank, const void* bytes, size_t len) {
+  if (dst_rank < 0 || dst_rank >= size()) {
+    return Err(Errc::kInvalidRank, "hixl_notify: rank {} is outside the world [0, {})", dst_rank, size());
+  }
+  if (len > HIXL_NOTIFY_MAX_BYTES) {
+    return Err(Errc::kInvalidArg, "hixl_notify: {} bytes is more than HIXL_NOTIFY_MAX_BYTES ({})", len,
+               HIXL_NOTIFY_MAX_BYTES);
+  }
+  if (!bytes && len > 0) return Err(Errc::kInvalidArg, "hixl_notify: bytes is NULL");
+  // Every put issued before the notification is complete before it is sent.
+  HIXL_RETURN_IF_ERROR(Fence());
+  std::string data(static_cast<const char*>(bytes), len);
+  if (dst_rank == rank()) return EnqueueNotification(rank(), std::move(data));
+  auto r = peers_[static_cast<size_t>(dst_rank)]->control->Call(kNotifyRequest, data, cfg_.timeout_ms);
+  if (!r.ok()) return Err(r.status().code(), "hixl_notify to rank {}: {}", dst_rank, r.status().message());
+  return Status::Ok();
+}
+
+Status WorldImpl::TakeNotifications(size_t max, bool wait, int64_t timeout_ms, std::vector<Notification>* out) {
+  std::unique_lock lock(notify_mu_);
+  if (wait && notifications_.empty()) {
+    const int64_t limit = timeout_ms < 0 ? cfg_.timeout_ms : timeout_ms;
+    if (!notify_cv_.wait_for(lock, std::chrono::milliseconds(limit), [&] { return !notifications_.empty(); })) {
+      return Err(Errc::kTimeout, "hixl_wait_notification: no notification arrived within {} ms", limit);
+    }
+  }
+  while (!notifications_.empty() && out->size() < max) {
+    out->push_back(std::move(notifications_.front()));
+    notifications_.pop_front();
+  }
+  return Status::Ok();
+}
+
+}  // namespace hixl::core
