@@ -8,7 +8,7 @@
 //                          barrier fails with HIXL_ERR_PEER_FAILED (on rank 0,
 //                          which hosts the store, naming rank 1)
 //   lifecycle exit-early   rank 1 exits with code 3 at once; the others wait
-//                          in a barrier (hixlrun must stop them)
+//                          for a signal that never comes (hixlrun must stop them)
 #include <dirent.h>
 #include <unistd.h>
 
@@ -107,7 +107,10 @@ int main(int argc, char** argv) {
   }
   if (mode == "exit-early") {
     if (me == 1) return 3;
-    (void)hixl_barrier();  // blocks until the failure is seen or hixlrun stops us
+    // Wait for something that never comes, as a rank blocked on a dead
+    // peer's signal would: only hixlrun stopping us ends this.
+    static uint64_t never = 0;
+    (void)hixl_wait_until(&never, HIXL_CMP_NE, 0, -1);
     return 1;
   }
   std::fprintf(stderr, "usage: lifecycle clean|no-finalize|peer-dies|exit-early\n");
