@@ -446,9 +446,12 @@ Status WorldImpl::Barrier() {
   const uint64_t epoch = barrier_epoch_.fetch_add(1);
   const std::string key = fmt::format("barrier/{}", epoch);
   HIXL_ASSIGN_OR_RETURN(int64_t arrived, store_->Add(key, 1));
-  (void)arrived;
-  Status s = store_->WaitAtLeast(key, size(), cfg_.timeout_ms);
-  if (!s.ok()) return Err(s.code(), "hixl_barrier: {}", s.message());
+  // The last to arrive knows that everyone has: asking the store again would
+  // only give rank 0 (which may leave as soon as it has passed) time to go.
+  if (arrived < size()) {
+    Status s = store_->WaitAtLeast(key, size(), cfg_.timeout_ms);
+    if (!s.ok()) return Err(s.code(), "hixl_barrier: {}", s.message());
+  }
   // Everyone has passed barrier epoch-2 once anyone passes this one.
   if (rank() == 0 && epoch >= 2) (void)store_->Delete(fmt::format("barrier/{}", epoch - 2));
   return Status::Ok();

@@ -2,14 +2,31 @@
 // means adding it here and in src/CMakeLists.txt; the core is untouched.
 #include "transport/transport.h"
 
+#include "core/log.h"
 #include "transport/shm/shm_transport.h"
+#ifdef HIXL_HAVE_UCX
+#include "transport/ucx/ucx_transport.h"
+#endif
 
 namespace hixl::transport {
 
 Result<std::vector<std::unique_ptr<Transport>>> CreateTransports(Host* host, const Options& options) {
   std::vector<std::unique_ptr<Transport>> out;
+  // Order of preference: the core gives each peer the first transport that
+  // can reach it, so same-host peers get shm and the others ucx.
   HIXL_ASSIGN_OR_RETURN(auto shm, shm::CreateShmTransport(host, options));
   out.push_back(std::move(shm));
+#ifdef HIXL_HAVE_UCX
+  // A UCX that cannot start (no usable device, a bad HIXL_NET_DEV) leaves
+  // same-host work possible; say why, once, and carry on without it.
+  auto ucx = ucx::CreateUcxTransport(host, options);
+  if (ucx.ok()) {
+    out.push_back(std::move(ucx.value()));
+  } else {
+    HIXL_LOG_ERROR("the ucx transport is unavailable, so peers on other hosts cannot be reached: {}",
+                   ucx.status().message());
+  }
+#endif
   return out;
 }
 

@@ -1,0 +1,32 @@
+// The UCX transport, for peers on any host: UCP with the RMA (and AMO)
+// features over whatever UCX finds (InfiniBand, RoCE, TCP, ...).
+//
+// * One UCP context and one worker per process.  Every UCP call on them is
+//   made under one mutex, so any hixl thread may call in (the worker runs in
+//   UCS_THREAD_MODE_SERIALIZED).
+// * LocalAddress() is the worker's address (plus the host name, for
+//   messages).  CanReach() accepts every address that parses: UCX reaches
+//   everyone, so the core puts this transport after `shm`.
+// * Endpoints are made on first need (the first key unpacked for a peer),
+//   with UCP_ERR_HANDLING_MODE_PEER, so a dead peer becomes an error.
+// * A region is mapped with ucp_mem_map where it already lies; its key blob
+//   is the packed rkey.  A RemoteKey holds the unpacked rkey and keeps the
+//   endpoint (and the worker) alive until it is destroyed.
+// * Put/Get are ucp_put_nbx/ucp_get_nbx; Flush is a flush of every endpoint
+//   used since the last one, progressed by the calling thread and bounded by
+//   HIXL_TIMEOUT_MS.
+// * Where the network does not do RMA in hardware (TCP: UCX emulates RMA
+//   with active messages), the target must progress its worker.  A thread
+//   does that, sleeping on the worker's event fd (UCP_FEATURE_WAKEUP): it
+//   runs only when the network has something for it and never spins.
+#pragma once
+
+#include <memory>
+
+#include "transport/transport.h"
+
+namespace hixl::transport::ucx {
+
+Result<std::unique_ptr<Transport>> CreateUcxTransport(Host* host, const Options& options);
+
+}  // namespace hixl::transport::ucx
