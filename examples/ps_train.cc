@@ -3,12 +3,18 @@
 // float32 buffer (the seed's 100 M parameters, 400 MB, by default).
 //
 // Each worker registers its parameter buffer and its gradient buffer (with
-// the loss at the end).  One step:
-//   workers  compute their gradient into their gradient buffer; barrier
-//   server   gets every worker's gradient (the workers take no part),
-//            averages, takes an SGD step, puts the new parameters into every
-//            worker's parameter buffer; barrier
-//   workers  leave the barrier with the new parameters in place
+// the loss at the end); every rank allocates the same block of symmetric
+// memory for signal words: word 0 on a worker is "the parameters for step s
+// have arrived", word w on the server "worker w's gradient of step s is
+// ready".  No barrier per step; one step s:
+//   workers  WaitUntil(word 0 >= s): the server's put has landed; compute
+//            their gradient into their gradient buffer; AtomicSet(word w on
+//            the server, s)
+//   server   for every worker: WaitUntil(word w >= s), then Get its gradient
+//            (the worker takes no part); average, take an SGD step, and
+//            PutSignal the new parameters into every worker's parameter
+//            buffer with word 0 set to s + 1: whoever sees the signal sees
+//            the parameters
 //
 // The objective is deliberately simple so that the run is about moving the
 // buffers and can check its own result: worker k holds targets t_k (a
@@ -133,6 +139,13 @@ int main(int argc, char** argv) {
   std::vector<float> params(P, 0.0f);  // every rank's copy of the parameters
   int rc = 0;
 
+  // The signal words, in symmetric memory: the same address on every rank.
+  auto sig_block = world->Alloc(8 * static_cast<size_t>(size));
+  if (!sig_block) CHECK_OK(sig_block.status());
+  auto* words = static_cast<uint64_t*>(*sig_block);
+  std::memset(words, 0, 8 * static_cast<size_t>(size));  // before the Allgather below, so before any signal
+  const uint64_t sig_addr = reinterpret_cast<uint64_t>(words);
+
   if (rank == 0) {
     // ---------------------------------------------------------------- server
     std::printf("[server] %d worker(s), %zu parameters (%s of float32), %d steps, lr %.2f\n", n_workers, P,
@@ -148,20 +161,29 @@ int main(int argc, char** argv) {
     std::memcpy(recv.data(), params.data(), param_bytes);
     const double memcpy_rate = static_cast<double>(param_bytes) / Seconds(t);
 
-    for (int w = 1; w < size; ++w) CHECK_OK(world->Put(w, params.data(), (*addrs)[w].params, param_bytes));
-    CHECK_OK(world->Barrier());  // the initial parameters are everywhere
+    // The initial parameters: "the parameters for step 1".
+    t = Clock::now();
+    for (int w = 1; w < size; ++w) {
+      CHECK_OK(world->PutSignal(w, params.data(), (*addrs)[w].params, param_bytes, sig_addr, 1, hixl::SignalOp::kSet));
+    }
+    CHECK_OK(world->Fence());
+    const double first_put_s = Seconds(t);  // counted in the put rate, not in the per-step times
 
-    double get_s = 0, put_s = 0, update_s = 0, first_loss = 0, loss = 0;
+    double get_s = 0, put_s = first_put_s, update_s = 0, first_loss = 0, loss = 0;
     uint64_t get_bytes = 0, put_bytes = param_bytes * static_cast<uint64_t>(n_workers), ops = n_workers;
     const auto start = Clock::now();
     for (int step = 1; step <= steps; ++step) {
-      CHECK_OK(world->Barrier());  // the gradients are ready
-      t = Clock::now();
+      double g = 0;
       for (int w = 1; w < size; ++w) {
+        // Worker w's gradient of this step is ready once it set word w to `step`.
+        CHECK_OK(world->WaitUntil(&words[w], hixl::Cmp::kGe, static_cast<uint64_t>(step)));
+        t = Clock::now();
         CHECK_OK(world->Get(w, (*addrs)[w].grads, recv.data() + (P + 2) * static_cast<size_t>(w - 1), grad_bytes));
+        g += Seconds(t);
       }
+      t = Clock::now();
       CHECK_OK(world->Fence());
-      const double g = Seconds(t);
+      g += Seconds(t);
       get_s += g;
       get_bytes += grad_bytes * static_cast<uint64_t>(n_workers);
 
@@ -176,14 +198,18 @@ int main(int argc, char** argv) {
       update_s += Seconds(t);
       if (step == 1) first_loss = loss;
 
+      // The new parameters, with word 0 on each worker set to step + 1; the
+      // fence completes the puts before the next step changes `params`.
       t = Clock::now();
-      for (int w = 1; w < size; ++w) CHECK_OK(world->Put(w, params.data(), (*addrs)[w].params, param_bytes));
+      for (int w = 1; w < size; ++w) {
+        CHECK_OK(world->PutSignal(w, params.data(), (*addrs)[w].params, param_bytes, sig_addr,
+                                  static_cast<uint64_t>(step) + 1, hixl::SignalOp::kSet));
+      }
       CHECK_OK(world->Fence());
       const double p = Seconds(t);
       put_s += p;
       put_bytes += param_bytes * static_cast<uint64_t>(n_workers);
       ops += 2 * static_cast<uint64_t>(n_workers);
-      CHECK_OK(world->Barrier());  // the workers have their new parameters
       std::printf("[server] step %3d/%d  loss %.4g  get %s at %s/s, put %s at %s/s\n", step, steps, loss,
                   Bytes(static_cast<double>(grad_bytes) * n_workers).c_str(),
                   Bytes(static_cast<double>(grad_bytes) * n_workers / g).c_str(),
@@ -214,7 +240,7 @@ int main(int argc, char** argv) {
                 Bytes(static_cast<double>(put_bytes)).c_str(), Bytes(put_bytes / put_s).c_str(),
                 Bytes(memcpy_rate).c_str());
     std::printf("[server] %d steps in %.2f s (%.1f ms/step: %.1f ms transfers, %.1f ms update)\n", steps, wall,
-                1000 * wall / steps, 1000 * (get_s + put_s) / steps, 1000 * update_s / steps);
+                1000 * wall / steps, 1000 * (get_s + put_s - first_put_s) / steps, 1000 * update_s / steps);
     if (!(max_err <= expected) || !(loss < first_loss)) {
       std::fprintf(stderr, "[server] FAILED: the parameters did not converge\n");
       rc = 1;
@@ -229,8 +255,9 @@ int main(int argc, char** argv) {
     Addrs mine{reinterpret_cast<uint64_t>(params.data()), reinterpret_cast<uint64_t>(grads.data())};
     auto addrs = world->Allgather(mine);
     if (!addrs) CHECK_OK(addrs.status());
-    CHECK_OK(world->Barrier());  // the initial parameters are in `params`
     for (int step = 1; step <= steps; ++step) {
+      // Sleeps until the server's PutSignal of this step's parameters has landed.
+      CHECK_OK(world->WaitUntil(&words[0], hixl::Cmp::kGe, static_cast<uint64_t>(step)));
       double loss = 0;
       for (size_t i = 0; i < P; ++i) {
         const float d = params[i] - Target(rank, i);
@@ -238,10 +265,15 @@ int main(int argc, char** argv) {
         loss += 0.5 * static_cast<double>(d) * d;
       }
       grads[P] = static_cast<float>(loss / static_cast<double>(P));  // per parameter, for reading
-      CHECK_OK(world->Barrier());  // gradient ready: the server gets it
-      CHECK_OK(world->Barrier());  // the server has put the new parameters
+      // Gradient ready: the server gets it before it puts the next
+      // parameters, so `grads` is not overwritten before it was read.
+      CHECK_OK(world->AtomicSet(0, sig_addr + 8 * static_cast<uint64_t>(rank), static_cast<uint64_t>(step)));
     }
+    // The final parameters must land before `params` is deregistered.
+    CHECK_OK(world->WaitUntil(&words[0], hixl::Cmp::kGe, static_cast<uint64_t>(steps) + 1));
   }
+  CHECK_OK(world->Barrier());  // every signal has landed: the words may go
+  CHECK_OK(world->Free(words));
   CHECK_OK(world->Finalize());
   return rc;
 }

@@ -8,14 +8,19 @@ each worker trains on its own shard of the training set.
 
 Every worker registers two flat buffers with hixl: its parameters (the
 model's weights are views into it) and its gradient (with the batch's loss
-and size at the end).  One step:
+and size at the end).  Every rank also allocates the same small block of
+symmetric memory for signal words: word 0 is "the parameters for step s
+have arrived" (a worker's), word w is "worker w's gradient of step s is
+ready" (the server's).  No barrier per step; one step s:
 
-  workers  compute the gradient of their batch into their gradient buffer,
-           then hixl.barrier()
-  server   hixl.get()s every worker's gradient (the workers take no part),
-           averages, takes an SGD step, hixl.put()s the new parameters into
-           every worker's parameter buffer, then hixl.barrier()
-  workers  leave the barrier with the fresh parameters already in place
+  workers  hixl.wait_until(word 0 >= s): the server's put has landed; then
+           compute the gradient of their batch into their gradient buffer
+           and hixl.atomic_set(word w on the server, s)
+  server   for every worker: hixl.wait_until(word w >= s), then hixl.get()
+           its gradient (the worker takes no part); averages, takes an SGD
+           step, and hixl.put_signal()s the new parameters into every
+           worker's parameter buffer with word 0 set to s + 1: whoever sees
+           the signal sees the parameters
 
     hixlrun -n 4 /usr/bin/python3 examples/ps_train.py            # 1 server + 3 workers
     hixlrun -n 2 /usr/bin/python3 examples/ps_train.py            # 1 server + 1 worker
@@ -207,6 +212,12 @@ def main():
     model = WideAndDeep(hidden, rows)
     flat = torch.zeros(P)                  # this rank's parameters; the model's weights are views of it
     bind_to_flat(model, flat)
+    # Signal words, in symmetric memory (every rank allocates the same block,
+    # so its address is the same everywhere): word 0 on a worker counts the
+    # parameters that arrived, word w on the server worker w's gradients.
+    signals = hixl.alloc(8 * size)
+    words = signals.numpy(np.uint64)
+    words[:] = 0                           # before the allgathers below, so before any signal
 
     if rank == 0:
         # ------------------------------------------------------------ server
@@ -215,13 +226,15 @@ def main():
               f"global batch {args.batch}, {args.steps} steps", flush=True)
         param_addrs = hixl.allgather(0)[1:]
         grad_addrs = hixl.allgather(0)[1:]
-        # The first parameters go to every worker (they all start from the server's).
+        # The first parameters go to every worker (they all start from the
+        # server's): "the parameters for step 1".
         t = time.perf_counter()
         for w in range(1, size):
-            hixl.put(dst_rank=w, src_addr=flat, dst_addr=param_addrs[w - 1])
+            hixl.put_signal(dst_rank=w, src_addr=flat, dst_addr=param_addrs[w - 1],
+                            sig_addr=signals, value=1, op=hixl.SIGNAL_SET)
         hixl.fence()
         put_s, put_bytes = time.perf_counter() - t, n_workers * P * 4
-        hixl.barrier()
+        first_put_s = put_s                    # before the steps: not in the per-step times
 
         master = torch.nn.Parameter(flat, requires_grad=False)  # shares memory with flat
         opt = torch.optim.SGD([master], lr=args.lr, momentum=args.momentum)
@@ -232,10 +245,14 @@ def main():
         losses = []
         wall = time.perf_counter()
         for step in range(1, args.steps + 1):
-            hixl.barrier()                     # the workers' gradients are ready
-            t = time.perf_counter()
             for w in range(1, size):
+                # Worker w's gradient of this step is ready once it set word w
+                # to `step`; then get it (the worker takes no part).
+                hixl.wait_until(words[w:w + 1], hixl.CMP_GE, step)
+                t = time.perf_counter()
                 hixl.get(src_rank=w, src_addr=grad_addrs[w - 1], dst_addr=recv[w - 1])
+                get_s += time.perf_counter() - t
+            t = time.perf_counter()
             hixl.fence()
             get_s += time.perf_counter() - t
             get_bytes += n_workers * (P + 2) * 4
@@ -252,14 +269,17 @@ def main():
             opt.step()
             update_s += time.perf_counter() - t
 
+            # The new parameters, and with them word 0 on each worker set to
+            # step + 1: "the parameters for the next step have arrived".  The
+            # fence completes the puts before the next step changes `flat`.
             t = time.perf_counter()
             for w in range(1, size):
-                hixl.put(dst_rank=w, src_addr=flat, dst_addr=param_addrs[w - 1])
+                hixl.put_signal(dst_rank=w, src_addr=flat, dst_addr=param_addrs[w - 1],
+                                sig_addr=signals, value=step + 1, op=hixl.SIGNAL_SET)
             hixl.fence()
             put_s += time.perf_counter() - t
             put_bytes += n_workers * P * 4
             ops += 2 * n_workers
-            hixl.barrier()                     # the workers have their new parameters
 
             if step % log_every == 0 or step == 1 or step == args.steps:
                 moved = get_bytes + put_bytes
@@ -279,7 +299,8 @@ def main():
               f"get {human_bytes(get_bytes)} at {human_bytes(get_bytes / max(get_s, 1e-9))}/s, "
               f"put {human_bytes(put_bytes)} at {human_bytes(put_bytes / max(put_s, 1e-9))}/s; "
               f"{args.steps} steps in {wall:.2f} s ({1000 * wall / args.steps:.1f} ms/step: "
-              f"{1000 * (get_s + put_s) / args.steps:.1f} ms transfers, {1000 * update_s / args.steps:.1f} ms update, "
+              f"{1000 * (get_s + put_s - first_put_s) / args.steps:.1f} ms transfers, "
+              f"{1000 * update_s / args.steps:.1f} ms update, "
               f"the rest waiting for the workers)", flush=True)
         if args.summary_json:
             with open(args.summary_json, "w") as f:
@@ -299,11 +320,13 @@ def main():
         hixl.allgather(grads.data_ptr())
         grad_views = bind_grads_to_flat(model, grads[:P])
         print(f"[worker {rank}] {len(shard)} training images, batch {batch}", flush=True)
-        hixl.barrier()                         # the initial parameters are in `flat`
 
         gen = torch.Generator().manual_seed(args.seed * 1000 + rank)
         order, pos = torch.randperm(len(shard), generator=gen), 0
-        for _ in range(args.steps):
+        for step in range(1, args.steps + 1):
+            # Sleeps (no spinning core) until the server's put_signal of the
+            # parameters for this step has landed in `flat`.
+            hixl.wait_until(signals, hixl.CMP_GE, step)
             if pos + batch > len(shard):
                 order, pos = torch.randperm(len(shard), generator=gen), 0
             sel = shard[order[pos:pos + batch]]
@@ -319,13 +342,20 @@ def main():
                     p.grad = view.view_as(p)
             grads[P] = loss.item() * len(sel)
             grads[P + 1] = len(sel)
-            hixl.barrier()                     # gradient ready: the server gets it
-            hixl.barrier()                     # the server has put the new parameters into `flat`
+            # Gradient ready: tell the server (word `rank` of its block).  It
+            # gets the gradient before it puts the next parameters, so
+            # `grads` is not overwritten before it has been read.
+            hixl.atomic_set(0, signals.addr + 8 * rank, step)
+        hixl.wait_until(signals, hixl.CMP_GE, args.steps + 1)  # the final parameters
         acc, _, _ = evaluate(model, x_all[idx_test], sub(ids_all, idx_test), y_all[idx_test])
         print(f"[worker {rank}] done; the parameters it holds score {100 * acc:.2f}% on the test set", flush=True)
+
+    hixl.barrier()                             # nobody touches a peer's memory any more
+    if rank != 0:
         hixl.deregister_memory(grads)
         hixl.deregister_memory(flat)
-
+    del words
+    signals.free()
     hixl.finalize()
     return 0
 

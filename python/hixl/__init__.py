@@ -15,8 +15,13 @@
 Addresses are ints or objects that expose memory (CPU torch tensors, numpy
 arrays, anything with the buffer protocol, hixl.Buffer).  Symmetric memory
 from hixl.alloc(n) is a hixl.Buffer that numpy.frombuffer / torch.frombuffer
-view without a copy.  Failures raise hixl.HixlError subclasses.  See
-docs/python.md.
+view without a copy.  Failures raise hixl.HixlError subclasses.
+
+A target learns that data arrived without taking part: put_signal() writes
+data and then a 64-bit signal word that the target waits on (wait_until,
+test); remote atomics (atomic_fetch_add, atomic_compare_swap, ...) work on
+64-bit words; notify() queues a small message (get_notifications,
+wait_notification).  See docs/python.md.
 """
 
 import atexit as _atexit
@@ -33,27 +38,49 @@ from ._errors import (  # noqa: F401  (re-exported)
     NotInitializedError,
     NotRegisteredError,
     PeerFailedError,
+    QueueFullError,
     TransportError,
     UnsupportedError,
 )
 from . import _errors as errors  # noqa: F401  (re-exported: the codes, hixl.errors.ERR_TIMEOUT, ...)
 from . import _hixl
 from ._hixl import (  # noqa: F401  (re-exported)
+    CMP_EQ,
+    CMP_GE,
+    CMP_GT,
+    CMP_LE,
+    CMP_LT,
+    CMP_NE,
+    NOTIFY_MAX_BYTES,
+    SIGNAL_ADD,
+    SIGNAL_SET,
     Buffer,
     allgather,
     alloc,
+    atomic_add,
+    atomic_compare_swap,
+    atomic_fetch,
+    atomic_fetch_add,
+    atomic_set,
+    atomic_swap,
     barrier,
     deregister_memory,
     fence,
     finalize,
     free,
     get,
+    get_notifications,
     init,
     is_initialized,
+    notify,
     put,
+    put_signal,
     rank,
     register_memory,
     strerror,
+    test,
+    wait_notification,
+    wait_until,
     world_size,
 )
 
@@ -67,8 +94,12 @@ __all__ = [
     "init", "finalize", "is_initialized", "rank", "world_size",
     "alloc", "free", "Buffer", "register_memory", "deregister_memory",
     "put", "get", "fence", "barrier", "allgather", "strerror",
+    "put_signal", "wait_until", "test", "SIGNAL_SET", "SIGNAL_ADD",
+    "CMP_EQ", "CMP_NE", "CMP_GT", "CMP_GE", "CMP_LT", "CMP_LE",
+    "atomic_fetch", "atomic_set", "atomic_add", "atomic_fetch_add", "atomic_swap", "atomic_compare_swap",
+    "notify", "get_notifications", "wait_notification", "NOTIFY_MAX_BYTES",
     "HixlError", "InvalidArgumentError", "NotInitializedError", "NotRegisteredError",
     "InvalidRankError", "HixlTimeoutError", "PeerFailedError", "NoMemoryError",
     "TransportError", "UnsupportedError", "AlreadyInitializedError", "BootstrapError",
-    "InternalError", "errors",
+    "InternalError", "QueueFullError", "errors",
 ]

@@ -20,6 +20,7 @@ ERR_UNSUPPORTED = -9
 ERR_ALREADY_INITIALIZED = -10
 ERR_BOOTSTRAP = -11
 ERR_INTERNAL = -12
+ERR_QUEUE_FULL = -13
 
 _NAMES = {
     SUCCESS: "HIXL_SUCCESS",
@@ -35,6 +36,7 @@ _NAMES = {
     ERR_ALREADY_INITIALIZED: "HIXL_ERR_ALREADY_INITIALIZED",
     ERR_BOOTSTRAP: "HIXL_ERR_BOOTSTRAP",
     ERR_INTERNAL: "HIXL_ERR_INTERNAL",
+    ERR_QUEUE_FULL: "HIXL_ERR_QUEUE_FULL",
 }
 
 
@@ -106,6 +108,11 @@ class InternalError(HixlError):
     """HIXL_ERR_INTERNAL: a bug in hixl; please report it."""
 
 
+class QueueFullError(HixlError):
+    """HIXL_ERR_QUEUE_FULL: the target's notification queue holds HIXL_NOTIFY_QUEUE_DEPTH
+    messages already.  Nothing was sent and nothing is dropped: retry later."""
+
+
 _CLASSES = {
     ERR_INVALID_ARG: InvalidArgumentError,
     ERR_NOT_INITIALIZED: NotInitializedError,
@@ -119,6 +126,7 @@ _CLASSES = {
     ERR_ALREADY_INITIALIZED: AlreadyInitializedError,
     ERR_BOOTSTRAP: BootstrapError,
     ERR_INTERNAL: InternalError,
+    ERR_QUEUE_FULL: QueueFullError,
 }
 
 
@@ -137,5 +145,5 @@ __all__ = [
     "HixlError", "InvalidArgumentError", "NotInitializedError", "NotRegisteredError",
     "InvalidRankError", "HixlTimeoutError", "PeerFailedError", "NoMemoryError",
     "TransportError", "UnsupportedError", "AlreadyInitializedError", "BootstrapError",
-    "InternalError",
+    "InternalError", "QueueFullError",
 ]
