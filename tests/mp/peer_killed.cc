@@ -7,7 +7,7 @@
 //   1. stops rank 1 (SIGSTOP): a put + fence must end in HIXL_ERR_TIMEOUT
 //      after HIXL_TIMEOUT_MS; after SIGCONT the next fence succeeds;
 //   2. kills rank 1 (SIGKILL) and waits for it to be gone (a pidfd): a put +
-//      fence, a get + fence, and finalize must each fail with
+//      fence, a get + fence, an atomic, and finalize must each fail with
 //      HIXL_ERR_PEER_FAILED (HIXL_ERR_TIMEOUT accepted for the fences),
 //      naming rank 1, within HIXL_TIMEOUT_MS; its own memory still works.
 //
@@ -158,6 +158,14 @@ int main() {
   ms = MsSince(start);
   Check(rc == HIXL_ERR_PEER_FAILED || rc == HIXL_ERR_TIMEOUT,
         "get + fence from the killed rank failed (" + std::string(hixl_strerror(rc)) + "): " + hixl_last_error());
+  Check(ms <= timeout_ms, "it failed after " + std::to_string(ms) + " ms");
+
+  start = Clock::now();
+  uint64_t old = 0;
+  rc = hixl_atomic_fetch_add(1, all[1].addr, 1, &old);
+  ms = MsSince(start);
+  Check(rc == HIXL_ERR_PEER_FAILED && std::strstr(hixl_last_error(), "rank 1"),
+        "an atomic on the killed rank failed (" + std::string(hixl_strerror(rc)) + "): " + hixl_last_error());
   Check(ms <= timeout_ms, "it failed after " + std::to_string(ms) + " ms");
 
   // The rank's own memory still works.

@@ -6,9 +6,10 @@
 // Rank 0 times REPS rounds of `put(1, BYTES); fence` and REPS rounds of
 // `get(1, BYTES); fence` on memory rank 1 registered, checks the data of the
 // last round of each, and prints the median and best rate of each as
-//   put <bytes> B: median <x> GB/s, best <y> GB/s
-//   get <bytes> B: median <x> GB/s, best <y> GB/s
-// (GB = 1e9 bytes).  Exit status 0 on success, 1 on any failure.
+//   put <bytes> B: median <x> GB/s, best <y> GB/s (... <t> us per put + fence)
+//   get <bytes> B: median <x> GB/s, best <y> GB/s (... <t> us per get + fence)
+// (GB = 1e9 bytes), and the median time of one op + fence.  Exit status 0 on
+// success, 1 on any failure.
 #include <sys/mman.h>
 
 #include <hixl/hixl.hpp>
@@ -85,8 +86,10 @@ int main(int argc, char** argv) {
         if (!s.ok()) return Fail(op, s);
         if (i >= 0) rates.push_back(static_cast<double>(bytes) / std::chrono::duration<double>(t1 - t0).count() / 1e9);
       }
-      std::printf("%s %zu B: median %.2f GB/s, best %.2f GB/s (%d rounds)\n", op, bytes, Median(rates),
-                  *std::max_element(rates.begin(), rates.end()), reps);
+      const double median = Median(rates);
+      std::printf("%s %zu B: median %.2f GB/s, best %.2f GB/s (%d rounds; median %.1f us per %s + fence)\n", op,
+                  bytes, median, *std::max_element(rates.begin(), rates.end()), reps,
+                  static_cast<double>(bytes) / median / 1e3, op);
       std::fflush(stdout);
       // Rank 1's memory holds what the puts wrote.
       if (!put && hixl::test::FirstMismatch(got, bytes, 2000 + 0) != -1) {

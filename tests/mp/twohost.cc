@@ -4,7 +4,8 @@
 //   twohost            transfers: the peer is served by ucx (auto choice);
 //                      puts and gets of 1 B to 256 MiB both ways, verified
 //                      byte by byte with the bytes around them; accesses
-//                      outside registered memory fail; if HIXL_NET_DEV names
+//                      outside registered memory fail; remote atomics work;
+//                      if HIXL_NET_DEV names
 //                      a network interface, the address the control plane
 //                      uses (the one that routes to MASTER_ADDR) is on it
 //   twohost refused    init must fail (HIXL_TRANSPORT=shm): the peer is on
@@ -205,6 +206,20 @@ int Transfers(hixl::World& world) {
   Check(world.Fence().ok(), "fence after refused accesses");
   if (!Check(world.Barrier().ok(), "barrier")) return 1;
   Check(FirstNot(region, kRegion, kCanary) == -1, "refused puts wrote nothing");
+
+  // Remote atomics across the hosts: two fetch-adds on the peer's word.
+  std::memset(region, 0, 8);
+  if (!Check(world.Barrier().ok(), "barrier")) return 1;
+  auto old1 = world.AtomicFetchAdd(peer, remote, 5);
+  auto old2 = world.AtomicFetchAdd(peer, remote, 5);
+  Check(old1.ok() && old2.ok() && old1.value() == 0 && old2.value() == 5,
+        "two fetch-adds on the peer's word saw 0 and 5 (" + old1.status().ToString() + ", " +
+            old2.status().ToString() + ")");
+  if (!Check(world.Barrier().ok(), "barrier")) return 1;
+  uint64_t mine = 0;
+  std::memcpy(&mine, region, 8);
+  Check(mine == 10, "the peer's fetch-adds left 10 in this rank's word (" + std::to_string(mine) + ")");
+  std::memset(region, kCanary, 8);
   // Deregistered memory: refused as well.
   if (!Check(world.DeregisterMemory(region).ok(), "deregister")) return 1;
   if (!Check(world.Barrier().ok(), "barrier")) return 1;

@@ -5,14 +5,14 @@
 #
 #   ucx_perf.sh BUILD_DIR [ROUNDS (default 3)]
 #
-# Prints each measurement, then the median of each in GB/s (1e9 bytes/s)
-# and hixl's ratios.  Needs iperf3 and ucx_perftest (Debian: iperf3,
+# Prints each measurement (GB/s = 1e9 bytes/s) and hixl's ratios to the
+# references within each round, then the median of each over the rounds.  Needs iperf3 and ucx_perftest (Debian: iperf3,
 # ucx-utils).  Not a ctest: timing on a shared machine is noisy.
 set -u
 build=${1:?usage: ucx_perf.sh BUILD_DIR [ROUNDS]}
 rounds=${2:-3}
 size=$((64 << 20))
-for tool in iperf3 ucx_perftest python3; do
+for tool in iperf3 ucx_perftest python3 ss; do
   command -v $tool >/dev/null || { echo "$tool is not installed"; exit 2; }
 done
 hixlrun=$build/tools/hixlrun bw=$build/tests/mp/put_get_bw
@@ -24,18 +24,25 @@ server=
 cleanup() { [[ -n $server ]] && kill "$server" 2>/dev/null; rm -rf "$out"; }
 trap cleanup EXIT
 
+# Waits (at most 10 s) until something listens on TCP port $1.
+wait_listen() {
+  local i
+  for i in $(seq 200); do
+    ss -Hltn "sport = :$1" | grep -q . && return 0
+    sleep 0.05
+  done
+  return 1
+}
+
 # iperf3: one TCP stream, 5 s; the receiver's rate.
 iperf() {
   local port; port=$(free_port)
   iperf3 -s -1 -p "$port" >/dev/null 2>&1 & server=$!
-  # The client retries until the server listens (it has no option to wait).
-  local i; for i in $(seq 50); do
-    iperf3 -c 127.0.0.1 -p "$port" -t 5 -J >"$out/iperf.json" 2>/dev/null && break
-    sleep 0.1
-  done
+  wait_listen "$port"
+  iperf3 -c 127.0.0.1 -p "$port" -t 5 -J >"$out/iperf.json" 2>/dev/null
   kill "$server" 2>/dev/null; wait "$server" 2>/dev/null; server=  # -1: it has exited unless no test ran
   python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["end"]["sum_received"]["bits_per_second"] / 8e9)' \
-    "$out/iperf.json"
+    "$out/iperf.json" 2>/dev/null
 }
 
 # ucx_perftest TEST [VAR=VALUE...]: the "overall" bandwidth in GB/s.
@@ -43,11 +50,9 @@ perftest() {
   local test=$1 port line i; shift
   port=$(free_port)
   env UCX_TLS=tcp "$@" timeout 120 ucx_perftest -p "$port" >/dev/null 2>&1 & server=$!
-  for i in $(seq 50); do
-    line=$(env UCX_TLS=tcp "$@" timeout 120 ucx_perftest 127.0.0.1 -p "$port" -t "$test" -s $size -n 20 -w 2 2>/dev/null |
-           grep '^Final') && break
-    sleep 0.1
-  done
+  wait_listen "$port"
+  line=$(env UCX_TLS=tcp "$@" timeout 120 ucx_perftest 127.0.0.1 -p "$port" -t "$test" -s $size -n 20 -w 2 \
+         2>/dev/null | grep '^Final')
   kill "$server" 2>/dev/null; wait "$server" 2>/dev/null; server=
   # Final: iterations, latency (typical, avg, overall), bandwidth MB/s (avg, overall), msg rate
   awk '{print $7 * 1048576 / 1e9}' <<<"$line"
@@ -60,7 +65,11 @@ hixl() {
 }
 
 declare -A all
-add() { all[$1]="${all[$1]:-} $2"; echo "  $1: $2 GB/s"; }
+add() {  # NAME VALUE: a failed measurement counts as nan
+  local v=${2:-nan}
+  all[$1]="${all[$1]:-} $v"
+  echo "  $1: $v"
+}
 for r in $(seq "$rounds"); do
   echo "round $r"
   add iperf3 "$(iperf)"
@@ -71,14 +80,20 @@ for r in $(seq "$rounds"); do
   read -r p g <<<"$(hixl)"
   add hixl_put "$p"
   add hixl_get "$g"
+  # Ratios within the round, where the machine's state is the same for all.
+  ratio() { awk -v a="$1" -v b="$2" 'BEGIN {if (a != "nan" && b != "nan" && b > 0) printf "%.2f", a / b; else print "nan"}'; }
+  last() { awk '{print $NF}' <<<"${all[$1]}"; }
+  add put_vs_iperf3 "$(ratio "$(last hixl_put)" "$(last iperf3)")"
+  add get_vs_iperf3 "$(ratio "$(last hixl_get)" "$(last iperf3)")"
+  add put_vs_perftest "$(ratio "$(last hixl_put)" "$(last perftest_put_bw)")"
+  add get_vs_perftest "$(ratio "$(last hixl_get)" "$(last perftest_get)")"
+  add put_vs_perftest_512k "$(ratio "$(last hixl_put)" "$(last perftest_put_bw_512k)")"
+  add get_vs_perftest_512k "$(ratio "$(last hixl_get)" "$(last perftest_get_512k)")"
 done
 
-median() { tr ' ' '\n' <<<"$1" | grep -v '^$' | sort -g | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
-echo "medians over $rounds rounds (GB/s, 64 MiB transfers):"
-for k in iperf3 perftest_put_bw perftest_get perftest_put_bw_512k perftest_get_512k hixl_put hixl_get; do
+median() { tr ' ' '\n' <<<"$1" | grep -v '^$' | grep -v nan | sort -g | awk '{v[NR]=$1} END {print v[int((NR+1)/2)]}'; }
+echo "medians over $rounds rounds (GB/s, 64 MiB transfers; ratios taken within each round):"
+for k in iperf3 perftest_put_bw perftest_get perftest_put_bw_512k perftest_get_512k hixl_put hixl_get \
+         put_vs_iperf3 get_vs_iperf3 put_vs_perftest get_vs_perftest put_vs_perftest_512k get_vs_perftest_512k; do
   printf '  %-22s %s\n' "$k" "$(median "${all[$k]}")"
-done
-ip=$(median "${all[iperf3]}")
-for k in hixl_put hixl_get; do
-  printf '  %-22s %.0f%% of iperf3\n' "$k" "$(awk -v a="$(median "${all[$k]}")" -v b="$ip" 'BEGIN {print 100 * a / b}')"
 done

@@ -31,7 +31,8 @@ using net::Fd;
 
 constexpr std::string_view kAddressMagic = "hixl-ucx/1";
 // A flush progresses the worker itself this many times in a row without
-// finding work before it sleeps until the progress thread has some.
+// finding work before it sleeps until the progress thread completes a
+// request, checking again at least every kFlushWaitMs (a safety net only).
 constexpr int kSpinsBeforeSleep = 64;
 constexpr int kFlushWaitMs = 10;
 // UCX_TLS when the user has not set it: everything but the transports that
@@ -169,6 +170,33 @@ void OnFlushDone(void* request, ucs_status_t status, void* user_data) {
   ucp_request_free(request);
 }
 
+// One remote atomic in flight.  Its operand and reply live here, not on the
+// caller's stack, so that a caller that gives up (HIXL_TIMEOUT_MS) leaves
+// UCX nothing dangling: the completion then frees it.
+struct AtomicCall {
+  Worker* w = nullptr;
+  uint64_t operand = 0;  // ucp_atomic_op_nbx's buffer
+  uint64_t reply = 0;    // its reply_buffer: the value before the operation
+  bool done = false;
+  bool abandoned = false;
+  ucs_status_t status = UCS_OK;
+};
+
+// Completion of an atomic (worker mutex held).
+void OnAtomicDone(void* request, ucs_status_t status, void* user_data) {
+  auto* c = static_cast<AtomicCall*>(user_data);
+  ucp_request_free(request);
+  if (c->abandoned) {
+    delete c;
+    return;
+  }
+  c->done = true;
+  c->status = status;
+  c->w->completed.store(true, std::memory_order_relaxed);
+}
+
+// UCX's error handler of an endpoint (called from progress): the peer is
+// gone, and every later operation to it fails at once.
 void OnEndpointError(void* arg, ucp_ep_h, ucs_status_t status) {
   auto* p = static_cast<Peer*>(arg);
   ucs_status_t expected = UCS_OK;
@@ -186,7 +214,7 @@ class UcxTransport final : public Transport {
     caps_.host_memory = true;
     caps_.device_memory = false;
     caps_.remote_hosts = true;
-    caps_.atomics = false;  // AMO is enabled in UCP; the interface has no atomics yet
+    caps_.atomics = true;
   }
 
   ~UcxTransport() override {
@@ -385,7 +413,9 @@ class UcxTransport final : public Transport {
     std::lock_guard lock(w_->mu);
     HIXL_ASSIGN_OR_RETURN(std::shared_ptr<Peer> p, PeerLocked(peer));
     HIXL_RETURN_IF_ERROR(EnsureEndpoint(p.get()));
-    if (key_blob.empty()) return Err(Errc::kTransport, "ucx: {} published no key for its region at {:#x}", p->Name(), base);
+    if (key_blob.empty()) {
+      return Err(Errc::kTransport, "ucx: {} published no key for its region at {:#x}", p->Name(), base);
+    }
     // ucp_ep_rkey_unpack reads the blob as a packed rkey; it checks the
     // framing itself.
     ucp_rkey_h rkey = nullptr;
@@ -448,28 +478,8 @@ class UcxTransport final : public Transport {
       }
     }
     auto busy = [](const Peer& p) { return p.flushing > 0 || p.outstanding > 0; };
-    // While progress finds work, this thread does it.  Once it finds none
-    // for a while (the peer is working), the thread sleeps until a request
-    // completes in the progress thread, rather than competing for the CPU
-    // with the processes it waits on.
-    for (int idle = 0;;) {
-      if (ucp_worker_progress(w_->worker) != 0) idle = 0;
-      const bool done = std::none_of(peers.begin(), peers.end(), [&](const auto& p) { return busy(*p); });
-      if (done || net::Clock::now() >= deadline) break;
-      if (++idle < kSpinsBeforeSleep) {
-        lock.unlock();  // let other threads start transfers meanwhile
-        lock.lock();
-        continue;
-      }
-      // The progress thread is kicked first: our own progress calls may
-      // have taken events it was armed for (the worker's event fd signals
-      // new events only), so it must progress and arm again.  The bound on
-      // the wait is a safety net only.
-      ++flush_waiters_;
-      Kick();
-      progressed_.wait_for(lock, std::chrono::milliseconds(kFlushWaitMs));
-      --flush_waiters_;
-    }
+    ProgressUntil(lock, deadline,
+                  [&] { return std::none_of(peers.begin(), peers.end(), [&](const auto& p) { return busy(*p); }); });
     for (auto& p : peers) {
       if (busy(*p)) {
         // Left to UCX; a later flush waits for this peer again.
@@ -486,6 +496,63 @@ class UcxTransport final : public Transport {
     // We may have consumed events the progress thread was waiting for.
     Kick();
     return first;
+  }
+
+  Status Atomic(int peer, const RemoteKey& key, AtomicOp op, uint64_t addr, uint64_t operand, uint64_t compare,
+                uint64_t* old) override {
+    const auto& k = static_cast<const UcxKey&>(key);
+    Peer* p = k.peer.get();
+    if (p->rank != peer) return Err(Errc::kInternal, "ucx: a key of rank {} used for rank {}", p->rank, peer);
+    // In ucp_atomic_op_nbx's terms: buffer X, remote word Y, reply Z.
+    auto call = std::make_unique<AtomicCall>();
+    call->w = w_.get();
+    call->operand = operand;
+    ucp_atomic_op_t uop = UCP_ATOMIC_OP_ADD;
+    switch (op) {
+      case AtomicOp::kFetch:  // Y |= 0
+        uop = UCP_ATOMIC_OP_OR;
+        call->operand = 0;
+        break;
+      case AtomicOp::kSet:  // Y = X
+        uop = UCP_ATOMIC_OP_SWAP;
+        break;
+      case AtomicOp::kAdd:  // Y += X
+        uop = UCP_ATOMIC_OP_ADD;
+        break;
+      case AtomicOp::kCompareSwap:  // if (Y == X) Y = Z; Z takes the new value in and Y's old one out
+        uop = UCP_ATOMIC_OP_CSWAP;
+        call->operand = compare;
+        call->reply = operand;
+        break;
+    }
+    const Deadline deadline = net::DeadlineIn(host_->timeout_ms());
+    std::unique_lock lock(w_->mu);
+    HIXL_RETURN_IF_ERROR(Usable(p));
+    // After every put this process issued to the peer before it.
+    ucs_status_t st = ucp_worker_fence(w_->worker);
+    if (st != UCS_OK) return Failure(p, st, "a fence before an atomic");
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE |
+                         UCP_OP_ATTR_FIELD_REPLY_BUFFER;
+    param.cb.send = OnAtomicDone;
+    param.user_data = call.get();
+    param.datatype = ucp_dt_make_contig(sizeof(uint64_t));
+    param.reply_buffer = &call->reply;
+    ucs_status_ptr_t r = ucp_atomic_op_nbx(p->ep, uop, &call->operand, 1, addr, k.rkey, &param);
+    if (UCS_PTR_IS_ERR(r)) return Failure(p, UCS_PTR_STATUS(r), fmt::format("an atomic at {:#x}", addr).c_str());
+    if (r != nullptr && !ProgressUntil(lock, deadline, [&] { return call->done; })) {
+      call.release()->abandoned = true;  // OnAtomicDone frees it
+      lock.unlock();
+      Kick();
+      if (p->ep_error.load() != UCS_OK) return Failure(p, p->ep_error.load(), "an atomic");
+      return Err(Errc::kTimeout, "ucx: an atomic on {} at {:#x} did not complete within HIXL_TIMEOUT_MS={}",
+                 p->Name(), addr, host_->timeout_ms());
+    }
+    lock.unlock();
+    if (r != nullptr) Kick();
+    if (call->status != UCS_OK) return Failure(p, call->status, fmt::format("an atomic at {:#x}", addr).c_str());
+    *old = call->reply;
+    return Status::Ok();
   }
 
   void Shutdown() override {
@@ -589,6 +656,33 @@ class UcxTransport final : public Transport {
     (void)w;
   }
 
+  // Progresses the worker until done() holds or the deadline passes (lock
+  // holds w_->mu); returns done().  While progress finds work, this thread
+  // does it; once it finds none for a while (the peer is working), it sleeps
+  // until the progress thread completes something, rather than competing for
+  // the CPU with the processes it waits on.  The caller kicks the progress
+  // thread after releasing the lock: our progress calls may have taken
+  // events it was armed for.
+  template <typename Done>
+  bool ProgressUntil(std::unique_lock<std::mutex>& lock, Deadline deadline, Done done) {
+    for (int idle = 0;;) {
+      if (ucp_worker_progress(w_->worker) != 0) idle = 0;
+      if (done()) return true;
+      if (net::Clock::now() >= deadline) return false;
+      if (++idle < kSpinsBeforeSleep) {
+        lock.unlock();  // let other threads start transfers meanwhile
+        lock.lock();
+        continue;
+      }
+      // The progress thread is kicked first, for the reason above; the bound
+      // on the wait is a safety net only.
+      ++flush_waiters_;
+      Kick();
+      progressed_.wait_for(lock, std::chrono::milliseconds(kFlushWaitMs));
+      --flush_waiters_;
+    }
+  }
+
   // The progress thread: serves the network on the target side (needed
   // where UCX emulates RMA, as over TCP) and sleeps on the worker's event fd
   // whenever there is nothing to do.
@@ -634,7 +728,7 @@ class UcxTransport final : public Transport {
   std::thread thread_;
   std::mutex flush_mu_;
   std::condition_variable progressed_;  // with w_->mu: the progress thread completed something
-  int flush_waiters_ = 0;               // guarded by w_->mu
+  int flush_waiters_ = 0;               // guarded by w_->mu: threads in ProgressUntil asleep
 
   // Guarded by w_->mu.  peers_ holds every Peer while the transport lives,
   // so no Peer (whose destructor takes w_->mu) is ever destroyed under it.
