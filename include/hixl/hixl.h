@@ -27,6 +27,7 @@ extern "C" {
 #define HIXL_ERR_BOOTSTRAP (-11)        /* environment or rendezvous problem */
 #define HIXL_ERR_INTERNAL (-12)         /* a bug in hixl: please report it */
 #define HIXL_ERR_QUEUE_FULL (-13)       /* the target's notification queue is full: retry later */
+#define HIXL_ERR_NOT_CONNECTED (-14)    /* engine API: no live connection to that engine */
 
 /* Joins the world described by the environment (RANK, WORLD_SIZE,
  * MASTER_ADDR, MASTER_PORT, or Open MPI / PMI / Slurm variables).  Without

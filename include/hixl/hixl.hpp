@@ -36,6 +36,7 @@ enum class Errc : int {
   kBootstrap = HIXL_ERR_BOOTSTRAP,
   kInternal = HIXL_ERR_INTERNAL,
   kQueueFull = HIXL_ERR_QUEUE_FULL,
+  kNotConnected = HIXL_ERR_NOT_CONNECTED,
 };
 
 enum class SignalOp : int { kSet = HIXL_SIGNAL_SET, kAdd = HIXL_SIGNAL_ADD };

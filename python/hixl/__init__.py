@@ -22,12 +22,25 @@ data and then a 64-bit signal word that the target waits on (wait_until,
 test); remote atomics (atomic_fetch_add, atomic_compare_swap, ...) work on
 64-bit words; notify() queues a small message (get_notifications,
 wait_notification).  See docs/python.md.
+
+hixl.Engine is the engine API (the CANN library's shape): engines that start
+independently, connect by "ip:port" and move batches of blocks
+(transfer_sync, transfer_async), with notifications.  See docs/engine.md.
 """
 
 import atexit as _atexit
 
 from ._errors import (  # noqa: F401  (re-exported)
+    AlreadyConnectedError,
     AlreadyInitializedError,
+    EngineError,
+    EngineFailedError,
+    EngineTimeoutError,
+    EngineUnsupportedError,
+    NotConnectedError,
+    ParamInvalidError,
+    RemoteNotRegisteredError,
+    ResourceExhaustedError,
     BootstrapError,
     HixlError,
     HixlTimeoutError,
@@ -52,6 +65,15 @@ from ._hixl import (  # noqa: F401  (re-exported)
     CMP_LT,
     CMP_NE,
     NOTIFY_MAX_BYTES,
+    READ,
+    WRITE,
+    Engine,
+    MemType,
+    NotifyDesc,
+    TransferOp,
+    TransferOpDesc,
+    TransferReq,
+    TransferStatus,
     SIGNAL_ADD,
     SIGNAL_SET,
     Buffer,
@@ -102,4 +124,8 @@ __all__ = [
     "InvalidRankError", "HixlTimeoutError", "PeerFailedError", "NoMemoryError",
     "TransportError", "UnsupportedError", "AlreadyInitializedError", "BootstrapError",
     "InternalError", "QueueFullError", "errors",
+    "Engine", "READ", "WRITE", "TransferOp", "TransferOpDesc", "TransferReq", "TransferStatus", "MemType",
+    "NotifyDesc", "EngineError", "ParamInvalidError", "RemoteNotRegisteredError", "EngineTimeoutError",
+    "NotConnectedError", "AlreadyConnectedError", "EngineUnsupportedError", "ResourceExhaustedError",
+    "EngineFailedError",
 ]

@@ -136,6 +136,99 @@ for _cls in (HixlError, *_CLASSES.values()):
 del _cls
 
 
+# ------------------------------------------------------------------ the engine API
+#
+# hixl.Engine reports the status numbers of the CANN library's engine API
+# (include/hixl/engine.hpp); `code` and `status` are that number.
+
+ENGINE_SUCCESS = 0
+ENGINE_PARAM_INVALID = 103900
+ENGINE_TIMEOUT = 103901
+ENGINE_NOT_CONNECTED = 103902
+ENGINE_ALREADY_CONNECTED = 103903
+ENGINE_UNSUPPORTED = 103905
+ENGINE_RESOURCE_EXHAUSTED = 203900
+ENGINE_FAILED = 503900
+
+_ENGINE_NAMES = {
+    ENGINE_SUCCESS: "SUCCESS",
+    ENGINE_PARAM_INVALID: "PARAM_INVALID",
+    ENGINE_TIMEOUT: "TIMEOUT",
+    ENGINE_NOT_CONNECTED: "NOT_CONNECTED",
+    ENGINE_ALREADY_CONNECTED: "ALREADY_CONNECTED",
+    ENGINE_UNSUPPORTED: "UNSUPPORTED",
+    ENGINE_RESOURCE_EXHAUSTED: "RESOURCE_EXHAUSTED",
+    ENGINE_FAILED: "FAILED",
+}
+
+
+class EngineError(HixlError):
+    """A failure reported by hixl.Engine; ``status`` (also ``code``) is the
+    engine status number, ``name`` its name (e.g. ``"NOT_CONNECTED"``)."""
+
+    @property
+    def status(self):
+        return self.code
+
+    @property
+    def name(self):
+        return _ENGINE_NAMES.get(self.code, "UNKNOWN")
+
+
+class ParamInvalidError(EngineError, ValueError):
+    """PARAM_INVALID: a bad argument, address, range or handle."""
+
+
+class RemoteNotRegisteredError(ParamInvalidError, NotRegisteredError):
+    """PARAM_INVALID for a remote range the peer has not registered (also a NotRegisteredError)."""
+
+
+class EngineTimeoutError(EngineError, TimeoutError):
+    """TIMEOUT: the call's timeout passed (nobody answered, or the transfer was too slow)."""
+
+
+class NotConnectedError(EngineError, ConnectionError):
+    """NOT_CONNECTED: no connection to that engine, or it went away."""
+
+
+class AlreadyConnectedError(EngineError):
+    """ALREADY_CONNECTED: connect() to an engine already connected."""
+
+
+class EngineUnsupportedError(EngineError, NotImplementedError):
+    """UNSUPPORTED: not available (device memory, a transport not built)."""
+
+
+class ResourceExhaustedError(EngineError):
+    """RESOURCE_EXHAUSTED: the peer's notification queue is full, or memory ran out."""
+
+
+class EngineFailedError(EngineError, RuntimeError):
+    """FAILED: the call failed (a peer died, a call after finalize(), ...)."""
+
+
+_ENGINE_CLASSES = {
+    ENGINE_PARAM_INVALID: ParamInvalidError,
+    ENGINE_TIMEOUT: EngineTimeoutError,
+    ENGINE_NOT_CONNECTED: NotConnectedError,
+    ENGINE_ALREADY_CONNECTED: AlreadyConnectedError,
+    ENGINE_UNSUPPORTED: EngineUnsupportedError,
+    ENGINE_RESOURCE_EXHAUSTED: ResourceExhaustedError,
+    ENGINE_FAILED: EngineFailedError,
+}
+
+for _cls in (EngineError, RemoteNotRegisteredError, *_ENGINE_CLASSES.values()):
+    _cls.__module__ = "hixl"
+del _cls
+
+
+def engine_error_for(status, message):
+    """The exception object for an engine status (used by the native module)."""
+    if status == ENGINE_PARAM_INVALID and "Remote memory not registered" in message:
+        return RemoteNotRegisteredError(status, message)
+    return _ENGINE_CLASSES.get(status, EngineError)(status, message)
+
+
 def error_for(code, message):
     """The exception object for an error code (used by the native module)."""
     return _CLASSES.get(code, HixlError)(code, message)
@@ -146,4 +239,6 @@ __all__ = [
     "InvalidRankError", "HixlTimeoutError", "PeerFailedError", "NoMemoryError",
     "TransportError", "UnsupportedError", "AlreadyInitializedError", "BootstrapError",
     "InternalError", "QueueFullError",
+    "EngineError", "ParamInvalidError", "RemoteNotRegisteredError", "EngineTimeoutError", "NotConnectedError",
+    "AlreadyConnectedError", "EngineUnsupportedError", "ResourceExhaustedError", "EngineFailedError",
 ]

@@ -75,10 +75,11 @@ struct ControlServer::Impl {
   }
 };
 
-Result<std::unique_ptr<ControlServer>> ControlServer::Start(const std::string& host, ControlHandler handler) {
+Result<std::unique_ptr<ControlServer>> ControlServer::Start(const std::string& host, ControlHandler handler,
+                                                            uint16_t port) {
   auto impl = std::make_unique<Impl>();
   impl->handler = std::move(handler);
-  HIXL_ASSIGN_OR_RETURN(impl->listener, net::Listen(host, 0));
+  HIXL_ASSIGN_OR_RETURN(impl->listener, net::Listen(host, port));
   HIXL_ASSIGN_OR_RETURN(impl->port, net::LocalPort(impl->listener.get()));
   impl->wake = net::Fd(::eventfd(0, EFD_CLOEXEC));
   if (!impl->wake.valid()) return Err(Errc::kBootstrap, "eventfd failed: {}", std::strerror(errno));
@@ -101,12 +102,12 @@ uint16_t ControlServer::port() const { return impl_->port; }
 Result<std::string> ControlClient::Call(uint8_t type, std::string_view payload, int64_t timeout_ms) {
   std::lock_guard lock(mu_);
   const auto deadline = net::DeadlineIn(timeout_ms);
-  if (failed_) return Err(Errc::kPeerFailed, "rank {} is unreachable (its control connection failed earlier)", peer_);
+  if (failed_) return Err(Errc::kPeerFailed, "{} is unreachable (its control connection failed earlier)", name_);
   if (!fd_.valid()) {
     auto fd = net::Connect(host_, port_, deadline);
     if (!fd.ok()) {
       failed_ = true;
-      return Err(Errc::kPeerFailed, "cannot reach rank {} at {}:{}: {}", peer_, host_, port_, fd.status().message());
+      return Err(Errc::kPeerFailed, "cannot reach {} at {}:{}: {}", name_, host_, port_, fd.status().message());
     }
     fd_ = std::move(fd.value());
   }
@@ -119,10 +120,10 @@ Result<std::string> ControlClient::Call(uint8_t type, std::string_view payload, 
     fd_.Reset();
     Errc code = reply.status().code() == Errc::kTimeout ? Errc::kTimeout : Errc::kPeerFailed;
     if (code == Errc::kPeerFailed) failed_ = true;
-    return Err(code, "rank {} did not answer: {}", peer_, reply.status().message());
+    return Err(code, "{} did not answer: {}", name_, reply.status().message());
   }
   std::string_view r = reply.value();
-  if (r.size() < 4) return Err(Errc::kTransport, "malformed control reply from rank {}", peer_);
+  if (r.size() < 4) return Err(Errc::kTransport, "malformed control reply from {}", name_);
   int32_t code = 0;
   std::memcpy(&code, r.data(), 4);
   if (code != 0) return Status(static_cast<Errc>(code), std::string(r.substr(4)));

@@ -20,7 +20,9 @@ using ControlHandler = std::function<Result<std::string>(int from_rank, uint8_t 
 
 class ControlServer {
  public:
-  static Result<std::unique_ptr<ControlServer>> Start(const std::string& host, ControlHandler handler);
+  // Listens on host:port (port 0: a free one).
+  static Result<std::unique_ptr<ControlServer>> Start(const std::string& host, ControlHandler handler,
+                                                      uint16_t port = 0);
   ~ControlServer();  // stops and joins the thread, closes every socket
   uint16_t port() const;
 
@@ -36,7 +38,10 @@ class ControlServer {
 class ControlClient {
  public:
   ControlClient(int my_rank, int peer_rank, std::string host, uint16_t port)
-      : my_rank_(my_rank), peer_(peer_rank), host_(std::move(host)), port_(port) {}
+      : ControlClient(my_rank, peer_rank, std::move(host), port, "rank " + std::to_string(peer_rank)) {}
+  // `peer_name` names the peer in error messages ("rank 3", "engine 10.0.0.1:5000").
+  ControlClient(int my_rank, int peer_rank, std::string host, uint16_t port, std::string peer_name)
+      : my_rank_(my_rank), peer_(peer_rank), host_(std::move(host)), port_(port), name_(std::move(peer_name)) {}
   Result<std::string> Call(uint8_t type, std::string_view payload, int64_t timeout_ms);
   void Close();
 
@@ -45,6 +50,7 @@ class ControlClient {
   const int peer_;
   const std::string host_;
   const uint16_t port_;
+  const std::string name_;
   std::mutex mu_;
   net::Fd fd_;
   bool failed_ = false;

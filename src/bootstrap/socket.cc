@@ -198,4 +198,25 @@ Result<std::string> RecvFrame(int fd, Deadline deadline) {
   return s;
 }
 
+std::string LocalAddressTowards(const std::string& host, uint16_t port) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* res = nullptr;
+  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res) != 0 || !res) return "127.0.0.1";
+  Fd fd(::socket(res->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  bool ok = fd.valid() && ::connect(fd.get(), res->ai_addr, res->ai_addrlen) == 0;  // a UDP connect sends nothing
+  ::freeaddrinfo(res);
+  if (!ok) return "127.0.0.1";
+  sockaddr_storage ss{};
+  socklen_t len = sizeof(ss);
+  if (::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&ss), &len) != 0) return "127.0.0.1";
+  char buf[INET6_ADDRSTRLEN] = {};
+  if (ss.ss_family == AF_INET) {
+    ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&ss)->sin_addr, buf, sizeof(buf));
+  } else {
+    ::inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(&ss)->sin6_addr, buf, sizeof(buf));
+  }
+  return buf;
+}
+
 }  // namespace hixl::net

@@ -50,6 +50,10 @@ Result<uint16_t> LocalPort(int fd);
 // (the peer may not listen yet).  The socket has TCP_NODELAY set.
 Result<Fd> Connect(const std::string& host, uint16_t port, Deadline deadline);
 
+// The local address that routes to host:port (which is the address that
+// host can reach us on); "127.0.0.1" when there is no route.  Sends nothing.
+std::string LocalAddressTowards(const std::string& host, uint16_t port);
+
 // Send/receive exactly n bytes.  On EOF, RecvAll returns kPeerFailed.
 Status SendAll(int fd, const void* buf, size_t n, Deadline deadline);
 Status RecvAll(int fd, void* buf, size_t n, Deadline deadline);

@@ -231,6 +231,7 @@ const char* hixl_strerror(int err) {
     case HIXL_ERR_BOOTSTRAP: return "HIXL_ERR_BOOTSTRAP: environment or rendezvous problem";
     case HIXL_ERR_INTERNAL: return "HIXL_ERR_INTERNAL: internal error in hixl";
     case HIXL_ERR_QUEUE_FULL: return "HIXL_ERR_QUEUE_FULL: the target's notification queue is full";
+    case HIXL_ERR_NOT_CONNECTED: return "HIXL_ERR_NOT_CONNECTED: no live connection to that engine";
     default: return "HIXL_ERR_UNKNOWN: unknown error code";
   }
 }

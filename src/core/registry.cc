@@ -161,4 +161,48 @@ void PeerTable::Invalidate(uint64_t generation, uint64_t base, uint64_t len) {
   snapshots_.push_back(std::move(s));
 }
 
+Status AddRegionEverywhere(LocalRegistry& registry, const std::vector<std::unique_ptr<transport::Transport>>& transports,
+                           LocalRegistry::Region region) {
+  for (auto& t : transports) {
+    auto key = t->RegisterRegion(region.desc);
+    if (!key.ok()) {
+      for (auto& u : transports) {
+        if (u.get() == t.get()) break;
+        u->DeregisterRegion(region.desc);
+      }
+      return key.status();
+    }
+    region.keys.emplace(std::string(t->name()), std::move(key.value()));
+  }
+  bool added = false;
+  Status s = registry.Add(region, &added);
+  if (!s.ok() || !added) {
+    for (auto& t : transports) t->DeregisterRegion(region.desc);
+  }
+  return s;
+}
+
+Status RefreshPeerTable(PeerTable& table, transport::Transport& t, int peer, const std::string& who,
+                        const std::function<Result<RegionTable>()>& fetch) {
+  const std::string tname(t.name());
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    HIXL_ASSIGN_OR_RETURN(RegionTable fetched, fetch());
+    std::vector<PeerTable::Entry> entries;
+    entries.reserve(fetched.regions.size());
+    for (const RegionRecord& r : fetched.regions) {
+      // Keep keys already unpacked for regions we know.
+      if (const PeerTable::Entry* old = table.Find(r.base, r.len); old && old->base == r.base && old->len == r.len) {
+        entries.push_back(*old);
+        continue;
+      }
+      auto k = r.keys.find(tname);
+      if (k == r.keys.end()) continue;  // not reachable with our transport
+      HIXL_ASSIGN_OR_RETURN(auto key, t.UnpackKey(peer, r.base, r.len, k->second));
+      entries.push_back({r.base, r.len, std::move(key)});
+    }
+    if (table.Install(fetched.generation, std::move(entries))) return Status::Ok();
+  }
+  return Err(Errc::kInternal, "the region table of {} keeps changing; try again", who);
+}
+
 }  // namespace hixl

@@ -103,4 +103,18 @@ class PeerTable {
   std::vector<std::unique_ptr<Snapshot>> snapshots_;
 };
 
+// Registers `region` with every transport (collecting each one's key blob)
+// and adds it to `registry`.  Undoes the transports' registrations when that
+// fails, or when exactly this range was registered already (then the
+// registry only counts a reference).
+Status AddRegionEverywhere(LocalRegistry& registry, const std::vector<std::unique_ptr<transport::Transport>>& transports,
+                           LocalRegistry::Region region);
+
+// Fetches a peer's region table (fetch) and installs it in `table`, turning
+// the key blobs of transport `t` into keys (those of regions already known
+// are kept).  Retries while invalidations race with the fetch.  `who`
+// names the peer in messages ("rank 3").
+Status RefreshPeerTable(PeerTable& table, transport::Transport& t, int peer, const std::string& who,
+                        const std::function<Result<RegionTable>()>& fetch);
+
 }  // namespace hixl

@@ -20,6 +20,7 @@ const char* ErrcName(int code) {
     case HIXL_ERR_BOOTSTRAP: return "HIXL_ERR_BOOTSTRAP";
     case HIXL_ERR_INTERNAL: return "HIXL_ERR_INTERNAL";
     case HIXL_ERR_QUEUE_FULL: return "HIXL_ERR_QUEUE_FULL";
+    case HIXL_ERR_NOT_CONNECTED: return "HIXL_ERR_NOT_CONNECTED";
     default: return "HIXL_ERR_UNKNOWN";
   }
 }

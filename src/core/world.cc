@@ -24,30 +24,6 @@ std::mutex g_mu;                          // init / finalize
 std::atomic<WorldImpl*> g_world{nullptr};  // deliberately leaked at exit without finalize
 bool g_finalized = false;
 
-// The local address that routes to rank 0's store, which is the address
-// peers can reach us on.  (Connecting a UDP socket sends nothing.)
-std::string LocalAddressTowards(const std::string& host, uint16_t port) {
-  addrinfo hints{};
-  hints.ai_socktype = SOCK_DGRAM;
-  addrinfo* res = nullptr;
-  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res) != 0 || !res) return "127.0.0.1";
-  net::Fd fd(::socket(res->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0));
-  bool ok = fd.valid() && ::connect(fd.get(), res->ai_addr, res->ai_addrlen) == 0;
-  ::freeaddrinfo(res);
-  if (!ok) return "127.0.0.1";
-  sockaddr_storage ss{};
-  int sock = fd.get();
-  socklen_t len = sizeof(ss);
-  if (::getsockname(sock, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return "127.0.0.1";
-  char buf[INET6_ADDRSTRLEN] = {};
-  if (ss.ss_family == AF_INET) {
-    ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&ss)->sin_addr, buf, sizeof(buf));
-  } else {
-    ::inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(&ss)->sin6_addr, buf, sizeof(buf));
-  }
-  return buf;
-}
-
 }  // namespace
 
 WorldImpl* Current() { return g_world.load(std::memory_order_acquire); }
@@ -131,7 +107,8 @@ Status WorldImpl::Start() {
   transport::Options topts;
   topts.shm_cma = cfg_.shm_cma;
   topts.net_dev = cfg_.net_dev;
-  HIXL_ASSIGN_OR_RETURN(transports_, transport::CreateTransports(this, topts));
+  std::map<std::string, std::string> unavailable;
+  HIXL_ASSIGN_OR_RETURN(transports_, transport::CreateTransports(this, topts, &unavailable));
   if (cfg_.transport != bootstrap::TransportChoice::kAuto) {
     const char* want = cfg_.transport == bootstrap::TransportChoice::kShm ? "shm" : "ucx";
     std::erase_if(transports_, [&](const auto& t) {
@@ -140,6 +117,10 @@ Status WorldImpl::Start() {
       return true;
     });
     if (transports_.empty()) {
+      if (auto why = unavailable.find(want); why != unavailable.end()) {
+        return Err(Errc::kUnsupported, "HIXL_TRANSPORT={} but the {} transport could not start here: {}", want, want,
+                   why->second);
+      }
       return Err(Errc::kUnsupported, "HIXL_TRANSPORT={} but this build of hixl has no {} transport", want, want);
     }
   }
@@ -179,7 +160,7 @@ Status WorldImpl::ConnectPeers() {
   peers_.resize(static_cast<size_t>(n));
   for (auto& p : peers_) p = std::make_unique<Peer>();
 
-  const std::string my_host = n > 1 ? LocalAddressTowards(cfg_.master_addr, cfg_.master_port) : "127.0.0.1";
+  const std::string my_host = n > 1 ? net::LocalAddressTowards(cfg_.master_addr, cfg_.master_port) : "127.0.0.1";
   if (n > 1) {
     HIXL_ASSIGN_OR_RETURN(control_server_,
                           bootstrap::ControlServer::Start(my_host, [this](int from, uint8_t type, std::string_view p) {
@@ -239,24 +220,7 @@ bool WorldImpl::AccessLocalRange(uint64_t addr, uint64_t len, const std::functio
 // ------------------------------------------------------------------ memory
 
 Status WorldImpl::AddRegion(LocalRegistry::Region region) {
-  std::vector<std::string_view> done;
-  for (auto& t : transports_) {
-    auto key = t->RegisterRegion(region.desc);
-    if (!key.ok()) {
-      for (auto& u : transports_) {
-        if (u.get() == t.get()) break;
-        u->DeregisterRegion(region.desc);
-      }
-      return key.status();
-    }
-    region.keys.emplace(std::string(t->name()), std::move(key.value()));
-  }
-  bool added = false;
-  Status s = registry_.Add(region, &added);
-  if (!s.ok() || !added) {
-    for (auto& t : transports_) t->DeregisterRegion(region.desc);
-  }
-  return s;
+  return AddRegionEverywhere(registry_, transports_, std::move(region));
 }
 
 Status WorldImpl::RemoveRegion(uint64_t base, bool heap) {
@@ -359,33 +323,14 @@ Result<const PeerTable::Entry*> WorldImpl::Lookup(const char* op, int peer, uint
 Status WorldImpl::Refresh(int peer) {
   Peer& p = *peers_[static_cast<size_t>(peer)];
   std::lock_guard lock(p.refresh_mu);
-  for (int attempt = 0; attempt < 8; ++attempt) {
-    RegionTable table;
-    if (peer == rank()) {
-      table = registry_.Table();
-    } else {
-      auto bytes = p.control->Call(kFetchTable, {}, cfg_.timeout_ms);
-      if (!bytes.ok()) return Err(bytes.status().code(), "fetching the region table of rank {}: {}", peer,
-                                  bytes.status().message());
-      HIXL_ASSIGN_OR_RETURN(table, RegionTable::Parse(bytes.value()));
+  return RefreshPeerTable(p.table, *p.transport, peer, fmt::format("rank {}", peer), [&]() -> Result<RegionTable> {
+    if (peer == rank()) return registry_.Table();
+    auto bytes = p.control->Call(kFetchTable, {}, cfg_.timeout_ms);
+    if (!bytes.ok()) {
+      return Err(bytes.status().code(), "fetching the region table of rank {}: {}", peer, bytes.status().message());
     }
-    std::vector<PeerTable::Entry> entries;
-    entries.reserve(table.regions.size());
-    const std::string tname(p.transport->name());
-    for (const RegionRecord& r : table.regions) {
-      // Keep keys already unpacked for regions we know.
-      if (const PeerTable::Entry* old = p.table.Find(r.base, r.len); old && old->base == r.base && old->len == r.len) {
-        entries.push_back(*old);
-        continue;
-      }
-      auto k = r.keys.find(tname);
-      if (k == r.keys.end()) continue;  // not reachable with our transport
-      HIXL_ASSIGN_OR_RETURN(auto key, p.transport->UnpackKey(peer, r.base, r.len, k->second));
-      entries.push_back({r.base, r.len, std::move(key)});
-    }
-    if (p.table.Install(table.generation, std::move(entries))) return Status::Ok();
-  }
-  return Err(Errc::kInternal, "the region table of rank {} keeps changing; try again", peer);
+    return RegionTable::Parse(bytes.value());
+  });
 }
 
 Result<std::string> WorldImpl::HandleControl(int from, uint8_t type, std::string_view payload) {

@@ -10,7 +10,9 @@
 
 namespace hixl::transport {
 
-Result<std::vector<std::unique_ptr<Transport>>> CreateTransports(Host* host, const Options& options) {
+
+Result<std::vector<std::unique_ptr<Transport>>> CreateTransports(Host* host, const Options& options,
+                                                                 std::map<std::string, std::string>* unavailable) {
   std::vector<std::unique_ptr<Transport>> out;
   // Order of preference: the core gives each peer the first transport that
   // can reach it, so same-host peers get shm and the others ucx.
@@ -25,6 +27,7 @@ Result<std::vector<std::unique_ptr<Transport>>> CreateTransports(Host* host, con
   } else {
     HIXL_LOG_ERROR("the ucx transport is unavailable, so peers on other hosts cannot be reached: {}",
                    ucx.status().message());
+    if (unavailable) (*unavailable)["ucx"] = ucx.status().message();
   }
 #endif
   return out;

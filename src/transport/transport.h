@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -118,7 +119,10 @@ class Transport {
   virtual void Shutdown() = 0;
 };
 
-// Every transport built into this library, in order of preference.
-Result<std::vector<std::unique_ptr<Transport>>> CreateTransports(Host* host, const Options& options);
+// Every transport built into this library, in order of preference.  One
+// that is built in but cannot start here is left out; `unavailable` (if
+// given) maps its name to the reason.
+Result<std::vector<std::unique_ptr<Transport>>> CreateTransports(
+    Host* host, const Options& options, std::map<std::string, std::string>* unavailable = nullptr);
 
 }  // namespace hixl::transport

@@ -107,6 +107,22 @@ struct Peer {
   ~Peer() {
     std::lock_guard lock(w->mu);
     if (!ep) return;
+    if (ep_error.load() == UCS_OK) {
+      // Let the endpoint's wire-up finish first: a peer still answering it
+      // when the endpoint vanishes fails in UCX itself (an assertion about
+      // its wire-up reply, seen with UCX 1.13 when an engine disconnected
+      // right after connecting).  A flush completes after the wire-up.
+      ucp_request_param_t fp{};
+      ucs_status_ptr_t freq = ucp_ep_flush_nbx(ep, &fp);
+      if (UCS_PTR_IS_PTR(freq)) {
+        const Deadline deadline = net::DeadlineIn(2000);
+        while (ucp_request_check_status(freq) == UCS_INPROGRESS && net::Clock::now() < deadline &&
+               ep_error.load() == UCS_OK) {
+          ucp_worker_progress(w->worker);
+        }
+        ucp_request_free(freq);
+      }
+    }
     ucp_request_param_t param{};
     param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
     param.flags = UCP_EP_CLOSE_FLAG_FORCE;  // local only: never waits for the peer

@@ -1,0 +1,151 @@
+// hixl: the engine API.  Engines that start and stop independently, find
+// each other by address, register memory and move batches of blocks between
+// them (KV caches between prefill and decode, weights to a changing set of
+// servers).  The shape is that of class `Hixl` in the CANN stack's one-sided
+// library of the same name, so code written for it ports with few changes;
+// see docs/engine.md for the differences (all of them additions).
+//
+// An engine shares hixl's core with the rank-based world (include/hixl/hixl.hpp):
+// the memory registry with its checked remote access, the shm transport for
+// engines on one host and UCX for the others, the control plane.  A process
+// may hold several engines, and a world as well.
+//
+// Every method is safe from any thread.  Every failure returns a non-zero
+// EngineStatus and leaves its explanation in words for the calling thread:
+// Engine::LastError().
+#ifndef HIXL_ENGINE_HPP_
+#define HIXL_ENGINE_HPP_
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace hixl {
+
+// Status codes, with the CANN library's numeric values.  (hixl::Status is
+// the world API's status class; the engine returns these plain numbers.)
+using EngineStatus = uint32_t;
+inline constexpr EngineStatus SUCCESS = 0;
+inline constexpr EngineStatus PARAM_INVALID = 103900;
+inline constexpr EngineStatus TIMEOUT = 103901;
+inline constexpr EngineStatus NOT_CONNECTED = 103902;
+inline constexpr EngineStatus ALREADY_CONNECTED = 103903;
+inline constexpr EngineStatus UNSUPPORTED = 103905;
+inline constexpr EngineStatus RESOURCE_EXHAUSTED = 203900;
+inline constexpr EngineStatus FAILED = 503900;
+
+// "PARAM_INVALID" for a code ("UNKNOWN" for a number that is none of them).
+const char* EngineStatusName(EngineStatus status);
+
+struct MemDesc {
+  uintptr_t addr = 0;
+  size_t len = 0;
+};
+
+// Both spellings work: MemType::HOST and MEM_HOST.
+enum MemType : int { MEM_DEVICE = 0, MEM_HOST = 1, DEVICE = MEM_DEVICE, HOST = MEM_HOST };
+
+// Both spellings work: TransferOp::READ and READ.
+enum TransferOp : int { READ = 0, WRITE = 1 };
+
+// Identifies a registration (the same range registered twice gives the same handle).
+using MemHandle = void*;
+
+struct TransferOpDesc {
+  uintptr_t local_addr = 0;
+  uintptr_t remote_addr = 0;
+  size_t len = 0;
+};
+
+struct TransferArgs {
+  // Bound on the whole asynchronous transfer; 0 takes the engine's default
+  // (the "timeout_ms" option).  Past it, GetTransferStatus reports TIMEOUT.
+  int32_t timeout_ms = 0;
+};
+
+// Identifies an asynchronous transfer until GetTransferStatus has reported
+// its final status (COMPLETED, FAILED or TIMEOUT); after that it is unknown.
+using TransferReq = void*;
+
+enum class TransferStatus { WAITING, COMPLETED, TIMEOUT, FAILED };
+
+struct NotifyDesc {
+  std::string name;
+  std::string notify_msg;
+};
+
+class Engine {
+ public:
+  Engine();
+  ~Engine();  // finalizes
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // local_engine: "ip", "ip:port", "[ipv6]" or "[ipv6]:port".  A port > 0
+  // makes this engine listen there for peers that Connect to it; without
+  // one it can only connect to others.  Options (all optional; unknown
+  // names are PARAM_INVALID):
+  //   "timeout_ms"          bound on internal waits and on transfers without
+  //                         their own timeout (default HIXL_TIMEOUT_MS, else 60000)
+  //   "transport"           "auto" (default HIXL_TRANSPORT, else auto), "shm", "ucx"
+  //   "net_dev"             UCX device (default HIXL_NET_DEV)
+  //   "shm_cma"             "0" forces the shared-memory relay (default HIXL_SHM_CMA, else 1)
+  //   "notify_queue_depth"  notifications held before senders get
+  //                         RESOURCE_EXHAUSTED (default 1024)
+  EngineStatus Initialize(const std::string& local_engine, const std::map<std::string, std::string>& options = {});
+  // Fails every pending asynchronous transfer, tells connected engines that
+  // this one is gone, releases everything.  Idempotent.
+  void Finalize();
+
+  // Makes [addr, addr+len) reachable by connected engines (also by those that
+  // connected before).  Registering exactly the same range again returns the
+  // same handle and counts a reference; a partly overlapping range is
+  // PARAM_INVALID.  Device memory is UNSUPPORTED for now.
+  EngineStatus RegisterMem(const MemDesc& mem, MemType type, MemHandle& handle);
+  // Drops one reference; the last one makes the range unreachable before
+  // this returns (peers' later transfers to it fail with PARAM_INVALID).
+  EngineStatus DeregisterMem(MemHandle handle);
+
+  // remote_engine: the peer's local_engine string with its port.  Connecting
+  // to an engine already connected is ALREADY_CONNECTED; connecting to this
+  // engine itself works.
+  EngineStatus Connect(const std::string& remote_engine, int32_t timeout_ms = 1000);
+  EngineStatus Disconnect(const std::string& remote_engine, int32_t timeout_ms = 1000);
+
+  // Moves a batch of blocks: WRITE copies local_addr -> remote_addr, READ
+  // remote_addr -> local_addr.  Every remote range must lie inside one
+  // region the peer registered (else PARAM_INVALID, checked before any byte
+  // moves).  Returns when every block is complete (written data visible in
+  // the peer's memory), or TIMEOUT/FAILED.
+  EngineStatus TransferSync(const std::string& remote_engine, TransferOp operation,
+                            const std::vector<TransferOpDesc>& op_descs, int32_t timeout_ms = 1000);
+  // Starts the same in the background; poll with GetTransferStatus.
+  EngineStatus TransferAsync(const std::string& remote_engine, TransferOp operation,
+                             const std::vector<TransferOpDesc>& op_descs, const TransferArgs& optional_args,
+                             TransferReq& req);
+  EngineStatus GetTransferStatus(const TransferReq& req, TransferStatus& status);
+
+  // A small message (name + msg, at most 64 KiB together) to the peer's
+  // queue, delivered after every transfer this engine completed to it before.
+  EngineStatus SendNotify(const std::string& remote_engine, const NotifyDesc& notify, int32_t timeout_ms = 1000);
+  // Takes every queued notification (none is not an error).
+  EngineStatus GetNotifies(std::vector<NotifyDesc>& notifies);
+  // hixl's addition: waits up to timeout_ms for at least one, then takes them
+  // all (TIMEOUT when none came).
+  EngineStatus WaitNotifies(std::vector<NotifyDesc>& notifies, int32_t timeout_ms);
+
+  // The calling thread's last failure, in words ("" after a success).
+  static const char* LastError();
+
+  struct Impl;
+
+ private:
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace hixl
+
+#endif  // HIXL_ENGINE_HPP_
