@@ -93,6 +93,7 @@ class Engine {
   //   "transport"           "auto" (default HIXL_TRANSPORT, else auto), "shm", "ucx"
   //   "net_dev"             UCX device (default HIXL_NET_DEV)
   //   "shm_cma"             "0" forces the shared-memory relay (default HIXL_SHM_CMA, else 1)
+  //   "shm_thp"             "0": no huge-page advice for registered memory (default HIXL_SHM_THP, else 1)
   //   "notify_queue_depth"  notifications held before senders get
   //                         RESOURCE_EXHAUSTED (default 1024)
   EngineStatus Initialize(const std::string& local_engine, const std::map<std::string, std::string>& options = {});

@@ -28,6 +28,21 @@ Result<int64_t> ParseInt(const std::string& name, const std::string& text, int64
   return v;
 }
 
+// An on/off variable: 0/false/no/off or 1/true/yes/on (empty: on); absent
+// leaves *out as it is.
+Status ParseSwitch(const GetEnv& env, const char* name, bool* out) {
+  auto m = env(name);
+  if (!m) return Status::Ok();
+  if (*m == "0" || *m == "false" || *m == "no" || *m == "off") {
+    *out = false;
+  } else if (*m == "1" || *m == "true" || *m == "yes" || *m == "on" || m->empty()) {
+    *out = true;
+  } else {
+    return Err(Errc::kBootstrap, "{}='{}' must be 0 or 1", name, *m);
+  }
+  return Status::Ok();
+}
+
 struct RankVars {
   const char* rank;
   const char* size;
@@ -101,15 +116,8 @@ Result<Config> ParseConfig(const GetEnv& env) {
   if (auto q = env("HIXL_NOTIFY_QUEUE_DEPTH")) {
     HIXL_ASSIGN_OR_RETURN(c.notify_queue_depth, ParseInt("HIXL_NOTIFY_QUEUE_DEPTH", *q, 1, 1 << 24));
   }
-  if (auto m = env("HIXL_SHM_CMA")) {
-    if (*m == "0" || *m == "false" || *m == "no" || *m == "off") {
-      c.shm_cma = false;
-    } else if (*m == "1" || *m == "true" || *m == "yes" || *m == "on" || m->empty()) {
-      c.shm_cma = true;
-    } else {
-      return Err(Errc::kBootstrap, "HIXL_SHM_CMA='{}' must be 0 or 1", *m);
-    }
-  }
+  HIXL_RETURN_IF_ERROR(ParseSwitch(env, "HIXL_SHM_CMA", &c.shm_cma));
+  HIXL_RETURN_IF_ERROR(ParseSwitch(env, "HIXL_SHM_THP", &c.shm_thp));
   if (auto l = env("HIXL_LOG_LEVEL")) {
     if (*l != "error" && *l != "warn" && *l != "info" && *l != "debug" && *l != "trace") {
       return Err(Errc::kBootstrap, "HIXL_LOG_LEVEL='{}' is not one of error, warn, info, debug", *l);

@@ -23,6 +23,7 @@ struct Config {
   TransportChoice transport = TransportChoice::kAuto;
   std::string net_dev;   // HIXL_NET_DEV
   bool shm_cma = true;   // HIXL_SHM_CMA
+  bool shm_thp = true;   // HIXL_SHM_THP: huge-page advice for large registered regions
   std::string log_level = "warn";
   int64_t notify_queue_depth = 1024;  // HIXL_NOTIFY_QUEUE_DEPTH
   std::string rank_source = "none";  // which variables gave the rank, for messages

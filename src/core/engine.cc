@@ -141,6 +141,7 @@ struct Config {
   std::string transport = "auto";
   std::string net_dev;
   bool shm_cma = true;
+  bool shm_thp = true;
   int64_t notify_queue_depth = 1024;
 };
 
@@ -154,11 +155,13 @@ Result<Config> ParseOptions(const std::map<std::string, std::string>& options) {
   env("HIXL_TRANSPORT", "transport");
   env("HIXL_NET_DEV", "net_dev");
   env("HIXL_SHM_CMA", "shm_cma");
+  env("HIXL_SHM_THP", "shm_thp");
   env("HIXL_NOTIFY_QUEUE_DEPTH", "notify_queue_depth");
   for (const auto& [k, v] : options) {
-    if (k != "timeout_ms" && k != "transport" && k != "net_dev" && k != "shm_cma" && k != "notify_queue_depth") {
+    if (k != "timeout_ms" && k != "transport" && k != "net_dev" && k != "shm_cma" && k != "shm_thp" &&
+        k != "notify_queue_depth") {
       return Err(Errc::kInvalidArg,
-                 "Engine::Initialize: unknown option '{}' (known: timeout_ms, transport, net_dev, shm_cma, "
+                 "Engine::Initialize: unknown option '{}' (known: timeout_ms, transport, net_dev, shm_cma, shm_thp, "
                  "notify_queue_depth)", k);
     }
     o[k] = v;
@@ -176,6 +179,9 @@ Result<Config> ParseOptions(const std::map<std::string, std::string>& options) {
   if (auto it = o.find("net_dev"); it != o.end()) c.net_dev = it->second;
   if (auto it = o.find("shm_cma"); it != o.end()) {
     HIXL_ASSIGN_OR_RETURN(c.shm_cma, OptionBool("shm_cma", it->second));
+  }
+  if (auto it = o.find("shm_thp"); it != o.end()) {
+    HIXL_ASSIGN_OR_RETURN(c.shm_thp, OptionBool("shm_thp", it->second));
   }
   if (auto it = o.find("notify_queue_depth"); it != o.end()) {
     HIXL_ASSIGN_OR_RETURN(c.notify_queue_depth, OptionInt("notify_queue_depth", it->second, 1, 1 << 24));
@@ -310,6 +316,7 @@ struct Engine::Impl final : transport::Host {
     uuid = RandomId();
     transport::Options topts;
     topts.shm_cma = cfg.shm_cma;
+    topts.shm_thp = cfg.shm_thp;
     topts.net_dev = cfg.net_dev;
     std::map<std::string, std::string> unavailable;
     HIXL_ASSIGN_OR_RETURN(transports, transport::CreateTransports(this, topts, &unavailable));
@@ -702,22 +709,29 @@ struct Engine::Impl final : transport::Host {
       }
       keys[i] = e;
     }
-    for (size_t i = 0; i < descs.size(); ++i) {
-      const TransferOpDesc& d = descs[i];
-      if (d.len == 0) continue;
-      if ((i & 15) == 0 && ((stop && stop->load(std::memory_order_relaxed)) || Clock::now() >= deadline)) {
+    // Issued in chunks, so that the deadline and `stop` are looked at
+    // between them (a transport may move a chunk with few calls).
+    constexpr size_t kChunk = 256;
+    std::vector<transport::Transport::Piece> pieces;
+    pieces.reserve(std::min(descs.size(), kChunk));
+    for (size_t first = 0; first < descs.size(); first += kChunk) {
+      if ((stop && stop->load(std::memory_order_relaxed)) || Clock::now() >= deadline) {
         (void)c.transport->Flush();
         return Err(Errc::kTimeout, "{}: to engine {}: the timeout of {} ms passed with {} of {} blocks started", api,
-                   c.name, timeout_ms, i, descs.size());
+                   c.name, timeout_ms, first, descs.size());
       }
-      Status s = op == WRITE ? c.transport->Put(c.id, *keys[i]->key, reinterpret_cast<const void*>(d.local_addr),
-                                                d.remote_addr, d.len)
-                             : c.transport->Get(c.id, *keys[i]->key, d.remote_addr,
-                                                reinterpret_cast<void*>(d.local_addr), d.len);
+      pieces.clear();
+      const size_t end = std::min(descs.size(), first + kChunk);
+      for (size_t i = first; i < end; ++i) {
+        const TransferOpDesc& d = descs[i];
+        if (d.len == 0) continue;
+        pieces.push_back({keys[i]->key.get(), d.remote_addr, reinterpret_cast<void*>(d.local_addr), d.len});
+      }
+      Status s = c.transport->Batch(c.id, op == WRITE, pieces.data(), pieces.size());
       if (!s.ok()) {
         (void)c.transport->Flush();
-        return Err(s.code(), "{}: {} of block {} of {} with engine {}: {}", api, op == WRITE ? "WRITE" : "READ", i,
-                   descs.size(), c.name, s.message());
+        return Err(s.code(), "{}: {} of blocks {}..{} of {} with engine {}: {}", api, op == WRITE ? "WRITE" : "READ",
+                   first, end - 1, descs.size(), c.name, s.message());
       }
     }
     Status s = c.transport->Flush();

@@ -2,7 +2,9 @@
 
 #include <spdlog/sinks/stdout_sinks.h>
 
+#include <cstdlib>
 #include <memory>
+#include <string>
 
 namespace hixl::log {
 
@@ -10,7 +12,12 @@ spdlog::logger& Get() {
   static std::shared_ptr<spdlog::logger> logger = [] {
     auto l = std::make_shared<spdlog::logger>("hixl", std::make_shared<spdlog::sinks::stderr_sink_mt>());
     l->set_pattern("[hixl] %l: %v");
-    l->set_level(spdlog::level::warn);
+    // HIXL_LOG_LEVEL from the start (a world re-reads it in Configure;
+    // engines and everything before init use this).
+    const char* v = std::getenv("HIXL_LOG_LEVEL");
+    const std::string lv = v ? v : "";
+    const bool known = lv == "error" || lv == "warn" || lv == "info" || lv == "debug" || lv == "trace";
+    l->set_level(known ? spdlog::level::from_str(lv) : spdlog::level::warn);
     return l;
   }();
   return *logger;

@@ -106,6 +106,7 @@ Status WorldImpl::Start() {
   // 3. Transports.
   transport::Options topts;
   topts.shm_cma = cfg_.shm_cma;
+  topts.shm_thp = cfg_.shm_thp;
   topts.net_dev = cfg_.net_dev;
   std::map<std::string, std::string> unavailable;
   HIXL_ASSIGN_OR_RETURN(transports_, transport::CreateTransports(this, topts, &unavailable));

@@ -74,6 +74,7 @@ class Host {
 
 struct Options {
   bool shm_cma = true;     // HIXL_SHM_CMA
+  bool shm_thp = true;     // HIXL_SHM_THP: advise huge pages for large registered regions
   std::string net_dev;     // HIXL_NET_DEV
 };
 
@@ -104,6 +105,26 @@ class Transport {
   virtual Status Get(int peer, const RemoteKey& key, uint64_t src, void* dst, size_t n) = 0;
   // Completes every transfer started so far, by any thread.
   virtual Status Flush() = 0;
+
+  // One block of a batch: n bytes between local memory and the peer's
+  // address `remote`, checked to lie in key's region.
+  struct Piece {
+    const RemoteKey* key;
+    uint64_t remote;
+    void* local;
+    size_t n;
+  };
+  // Starts a batch of puts (write) or gets with one peer, as Put/Get would
+  // one by one (which is what this default does); a transport may move
+  // them with fewer calls.
+  virtual Status Batch(int peer, bool write, const Piece* pieces, size_t count) {
+    for (size_t i = 0; i < count; ++i) {
+      const Piece& b = pieces[i];
+      Status s = write ? Put(peer, *b.key, b.local, b.remote, b.n) : Get(peer, *b.key, b.remote, b.local, b.n);
+      if (!s.ok()) return s;
+    }
+    return Status::Ok();
+  }
 
   // A 64-bit atomic on the peer's word at addr (8-byte aligned, checked to
   // lie in the key's region).  Ordered after every put this process issued

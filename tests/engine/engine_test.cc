@@ -12,6 +12,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -324,7 +325,17 @@ class EngineTest : public ::testing::TestWithParam<std::string> {
     }
   }
 
+  // A client engine connected to p (the test fails when it cannot connect).
+  hixl::Engine& Client(Peer& p, std::map<std::string, std::string> extra = {}) {
+    clients_.push_back(std::make_unique<hixl::Engine>());
+    hixl::Engine& e = *clients_.back();
+    InitClient(e, false, std::move(extra));
+    EXPECT_EQ(e.Connect(p.engine, 10000), hixl::SUCCESS) << hixl::Engine::LastError();
+    return e;
+  }
+
   std::vector<std::unique_ptr<Peer>> peers_;
+  std::vector<std::unique_ptr<hixl::Engine>> clients_;
   std::string client_name_;
 };
 
@@ -427,9 +438,7 @@ TEST_P(EngineTest, ConnectDisconnectReconnectAndTheirErrors) {
 
 TEST_P(EngineTest, RegistrationAfterConnectAndDeregistration) {
   Peer& p = Start(1 << 20);
-  hixl::Engine e;
-  InitClient(e);
-  ASSERT_EQ(e.Connect(p.engine, 10000), hixl::SUCCESS) << hixl::Engine::LastError();
+  hixl::Engine& e = Client(p);
   Buf b(1 << 20);
   Fill(b.p, b.len, 11);
   ASSERT_EQ(e.TransferSync(p.engine, hixl::WRITE, {{b.addr(), p.buf, 128}}, 10000), hixl::SUCCESS);
@@ -452,9 +461,7 @@ TEST_P(EngineTest, RegistrationAfterConnectAndDeregistration) {
 TEST_P(EngineTest, UnregisteredRemoteRangeFailsTheWholeBatchBeforeAnyByteMoves) {
   constexpr size_t kLen = 1 << 20;
   Peer& p = Start(kLen);
-  hixl::Engine e;
-  InitClient(e);
-  ASSERT_EQ(e.Connect(p.engine, 10000), hixl::SUCCESS) << hixl::Engine::LastError();
+  hixl::Engine& e = Client(p);
   const uint64_t before = RemoteSum(p, p.buf, kLen);
   Buf b(kLen);
   Fill(b.p, kLen, 77);
@@ -477,9 +484,7 @@ TEST_P(EngineTest, UnregisteredRemoteRangeFailsTheWholeBatchBeforeAnyByteMoves) 
 TEST_P(EngineTest, NotificationsArriveAfterTheData) {
   constexpr size_t kLen = 8 << 20;
   Peer& p = Start(kLen);
-  hixl::Engine e;
-  InitClient(e);
-  ASSERT_EQ(e.Connect(p.engine, 10000), hixl::SUCCESS) << hixl::Engine::LastError();
+  hixl::Engine& e = Client(p);
   Buf b(kLen);
   // The peer checksums each range the moment its notification arrives,
   // while we go on writing other ranges: a notification that overtook its
@@ -571,9 +576,7 @@ TEST_P(EngineTest, AsyncTransfersCompleteTimeOutAndFailWhenThePeerIsKilled) {
   // The relay (shm_cma=0) needs the peer's progress thread, so a stopped
   // peer really holds a transfer up; UCX over TCP needs it anyway.
   Peer& p = Start(kLen);
-  hixl::Engine e;
-  InitClient(e, false, {{"shm_cma", "0"}, {"timeout_ms", "20000"}});
-  ASSERT_EQ(e.Connect(p.engine, 10000), hixl::SUCCESS) << hixl::Engine::LastError();
+  hixl::Engine& e = Client(p, {{"shm_cma", "0"}, {"timeout_ms", "20000"}});
   Buf b(kLen);
   Fill(b.p, kLen, 31);
   std::vector<hixl::TransferOpDesc> batch;
@@ -625,9 +628,7 @@ TEST_P(EngineTest, AsyncTransfersCompleteTimeOutAndFailWhenThePeerIsKilled) {
 
 TEST_P(EngineTest, APeerThatFinalizesLeavesItsClientsNotConnected) {
   Peer& p = Start(1 << 20);
-  hixl::Engine e;
-  InitClient(e);
-  ASSERT_EQ(e.Connect(p.engine, 10000), hixl::SUCCESS) << hixl::Engine::LastError();
+  hixl::Engine& e = Client(p);
   Buf b(4096);
   ASSERT_EQ(e.TransferSync(p.engine, hixl::WRITE, {{b.addr(), p.buf, 4096}}, 10000), hixl::SUCCESS);
   ASSERT_EQ(Cmd(p, "quit"), "BYE");
@@ -638,9 +639,7 @@ TEST_P(EngineTest, APeerThatFinalizesLeavesItsClientsNotConnected) {
 TEST_P(EngineTest, ManyThreadsShareOneEngine) {
   constexpr size_t kLen = 4 << 20;
   Peer& p = Start(kLen);
-  hixl::Engine e;
-  InitClient(e);
-  ASSERT_EQ(e.Connect(p.engine, 10000), hixl::SUCCESS) << hixl::Engine::LastError();
+  hixl::Engine& e = Client(p);
   constexpr int kThreads = 4;
   const size_t slice = kLen / kThreads;
   Buf src(kLen), back(kLen);
@@ -718,6 +717,9 @@ int main(int argc, char** argv) {
   char buf[4096];
   ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
   if (n > 0) g_self.assign(buf, static_cast<size_t>(n));
+  // Makes cross-memory attach into this process fail (with CAP_SYS_PTRACE
+  // dropped), as in many containers: see cma_refused_test.sh.
+  if (std::getenv("HIXL_TEST_UNDUMPABLE")) ::prctl(PR_SET_DUMPABLE, 0);
   if (argc >= 4 && std::string(argv[1]) == "--peer") return PeerMain(argc, argv);
   ::signal(SIGPIPE, SIG_IGN);
   ::testing::InitGoogleTest(&argc, argv);

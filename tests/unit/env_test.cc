@@ -341,6 +341,18 @@ TEST(EnvTest, ShmCmaParsed) {
   }
 }
 
+TEST(EnvTest, ShmThpParsed) {
+  EXPECT_TRUE(ParseOk({}).shm_thp);  // on by default
+  for (const char* off : {"0", "false", "no", "off"}) {
+    EXPECT_FALSE(ParseOk({{"HIXL_SHM_THP", off}}).shm_thp) << off;
+  }
+  for (const char* on : {"1", "true", "yes", "on", ""}) {
+    EXPECT_TRUE(ParseOk({{"HIXL_SHM_THP", on}}).shm_thp) << on;
+  }
+  std::string m = ParseError({{"HIXL_SHM_THP", "2"}});
+  EXPECT_THAT(m, HasSubstr("HIXL_SHM_THP"));
+}
+
 TEST(EnvTest, NetDevParsed) {
   EXPECT_EQ(ParseOk({{"HIXL_NET_DEV", "mlx5_0:1"}}).net_dev, "mlx5_0:1");
 }

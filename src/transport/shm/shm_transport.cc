@@ -14,7 +14,9 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -131,6 +133,45 @@ sockaddr_un AbstractAddress(const std::string& name, socklen_t* len) {
   std::memcpy(a.sun_path + 1, name.data(), std::min(name.size(), sizeof(a.sun_path) - 2));
   *len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
   return a;
+}
+
+// ------------------------------------------------------------ huge pages
+
+constexpr uint64_t kHugePage = uint64_t{2} << 20;
+constexpr uint64_t kHugeAdviceMin = uint64_t{4} << 20;  // smaller regions are left alone
+
+// Asks for transparent huge pages (MADV_HUGEPAGE) on the 2 MiB-aligned
+// interior of a registered region of at least 4 MiB, where it lies in
+// private anonymous memory (malloc, mmap(MAP_ANONYMOUS|MAP_PRIVATE), the
+// brk heap); file-backed and shared mappings are left as they are.  Pages
+// faulted from now on are then huge, so cross-memory attach pins and walks
+// 2 MiB pages instead of 4 KiB ones.  Contents do not change; pages that
+// already exist stay small (khugepaged may collapse them later).  A hint:
+// every failure (THP off, memory the kernel refuses) is ignored.
+void AdviseHugePages(uint64_t base, uint64_t len) {
+  if (len < kHugeAdviceMin) return;
+  const uint64_t lo = (base + kHugePage - 1) & ~(kHugePage - 1);
+  const uint64_t hi = (base + len) & ~(kHugePage - 1);
+  if (hi <= lo) return;
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line)) {
+    // "start-end perms offset dev inode [path]"
+    unsigned long long start = 0, end = 0, offset = 0, inode = 0;
+    char perms[8] = {}, dev[32] = {};
+    int path_at = 0;
+    if (std::sscanf(line.c_str(), "%llx-%llx %7s %llx %31s %llu %n", &start, &end, perms, &offset, dev, &inode,
+                    &path_at) < 6) {
+      continue;
+    }
+    if (end <= lo) continue;
+    if (start >= hi) break;  // the file is sorted by address
+    const std::string path = path_at > 0 ? line.substr(static_cast<size_t>(path_at)) : std::string();
+    const bool anonymous_private = inode == 0 && perms[3] == 'p' && (path.empty() || path == "[heap]");
+    if (!anonymous_private) continue;
+    const uint64_t a = std::max<uint64_t>(lo, start), b = std::min<uint64_t>(hi, end);
+    if (b > a) (void)::madvise(reinterpret_cast<void*>(a), b - a, MADV_HUGEPAGE);
+  }
 }
 
 // ------------------------------------------------------------ relay ring
@@ -263,7 +304,10 @@ class ShmTransport final : public Transport {
   }
 
   Result<std::string> RegisterRegion(const LocalRegion& region) override {
-    if (region.backing_fd < 0) return std::string();
+    if (region.backing_fd < 0) {
+      if (options_.shm_thp) AdviseHugePages(region.base, region.len);
+      return std::string();
+    }
     {
       std::lock_guard lock(segments_mu_);
       if (!segments_.count(region.segment_id)) {
@@ -337,10 +381,49 @@ class ShmTransport final : public Transport {
     return RelayGet(p, src, dst, n);
   }
 
+  // Blocks that go by cross-memory attach are moved many at a time
+  // (one system call instead of one per block); the others as Put/Get do.
+  Status Batch(int peer, bool write, const Piece* pieces, size_t count) override {
+    std::vector<Piece> cma;
+    Peer* cma_peer = nullptr;
+    auto one = [&](const Piece& b) {
+      return write ? Put(peer, *b.key, b.local, b.remote, b.n) : Get(peer, *b.key, b.remote, b.local, b.n);
+    };
+    auto flush = [&]() -> Status {
+      if (cma.empty()) return Status::Ok();
+      Status s = CmaV(cma_peer, write, cma.data(), cma.size());
+      if (s.code() == Errc::kUnsupported) {
+        // Refused (before anything moved): the relay takes them, one by one.
+        for (const Piece& b : cma) HIXL_RETURN_IF_ERROR(one(b));
+        s = Status::Ok();
+      }
+      cma.clear();
+      return s;
+    };
+    for (size_t i = 0; i < count; ++i) {
+      const Piece& b = pieces[i];
+      const auto& key = static_cast<const ShmKey&>(*b.key);
+      auto* p = static_cast<Peer*>(key.peer);
+      if (!key.mapped && !p->self && p->use_cma.load(std::memory_order_relaxed)) {
+        if (cma_peer != p) HIXL_RETURN_IF_ERROR(flush());
+        cma_peer = p;
+        cma.push_back(b);
+        continue;
+      }
+      HIXL_RETURN_IF_ERROR(flush());
+      HIXL_RETURN_IF_ERROR(one(b));
+    }
+    return flush();
+  }
+
   Status Flush() override {
     // Copies into mapped memory and cross-memory attach complete in the
     // call; only relayed puts can be outstanding.
     std::atomic_thread_fence(std::memory_order_seq_cst);
+    // No relay channel open: nothing can be outstanding.  A channel opened
+    // by a thread whose puts this fence must complete was counted before
+    // those puts were posted, so the count is seen here.
+    if (relay_channels_.load(std::memory_order_acquire) == 0) return Status::Ok();
     std::vector<Peer*> relayed;
     {
       std::lock_guard lock(peers_mu_);
@@ -461,16 +544,36 @@ class ShmTransport final : public Transport {
 
   // Cross-memory attach.  kUnsupported means "use the relay instead".
   Status Cma(Peer* p, bool write, void* local, uint64_t remote, size_t n) {
-    auto* l = static_cast<uint8_t*>(local);
-    while (n > 0) {
-      iovec liov{l, n};
-      iovec riov{reinterpret_cast<void*>(remote), n};
-      ssize_t k = write ? ::process_vm_writev(p->pid, &liov, 1, &riov, 1, 0)
-                        : ::process_vm_readv(p->pid, &liov, 1, &riov, 1, 0);
+    const Piece one{nullptr, remote, local, n};
+    return CmaV(p, write, &one, 1);
+  }
+
+  // Cross-memory attach of a batch of blocks with one peer, up to kIov
+  // blocks per system call; a partial transfer resumes where it stopped.
+  Status CmaV(Peer* p, bool write, const Piece* pieces, size_t count) {
+    constexpr size_t kIov = 64;  // per system call; on the stack (no allocation per put)
+    iovec liov[kIov], riov[kIov];
+    size_t i = 0, done = 0;  // the next byte to move: piece i, offset done
+    while (i < count) {
+      size_t m = 0;
+      for (size_t j = i; j < count && m < kIov; ++j) {
+        const size_t off = j == i ? done : 0;
+        if (pieces[j].n == off) continue;
+        liov[m] = {static_cast<uint8_t*>(pieces[j].local) + off, pieces[j].n - off};
+        riov[m] = {reinterpret_cast<void*>(pieces[j].remote + off), pieces[j].n - off};
+        ++m;
+      }
+      if (m == 0) break;
+      ssize_t k = write ? ::process_vm_writev(p->pid, liov, m, riov, m, 0)
+                        : ::process_vm_readv(p->pid, liov, m, riov, m, 0);
       if (k > 0) {
-        l += k;
-        remote += static_cast<uint64_t>(k);
-        n -= static_cast<size_t>(k);
+        auto left = static_cast<size_t>(k);
+        while (i < count && left >= pieces[i].n - done) {
+          left -= pieces[i].n - done;
+          ++i;
+          done = 0;
+        }
+        done += left;
         continue;
       }
       int e = k == 0 ? EFAULT : errno;
@@ -484,7 +587,7 @@ class ShmTransport final : public Transport {
       }
       if (e == ESRCH) return Err(Errc::kPeerFailed, "rank {} (pid {}) has exited", p->rank, p->pid);
       return Err(Errc::kTransport, "cross-memory {} of rank {} at {:#x} failed: {}", write ? "write" : "read",
-                 p->rank, remote, std::strerror(e));
+                 p->rank, pieces[i].remote + done, std::strerror(e));
     }
     return Status::Ok();
   }
@@ -513,6 +616,7 @@ class ShmTransport final : public Transport {
     if (!bell.valid()) return Err(Errc::kTransport, "shm: rank {} sent no doorbell for the relay", p->rank);
     p->channel = std::move(map);
     p->doorbell = std::move(bell);
+    relay_channels_.fetch_add(1, std::memory_order_acq_rel);
     p->relay_open.store(true, std::memory_order_release);
     return Status::Ok();
   }
@@ -775,6 +879,7 @@ class ShmTransport final : public Transport {
 
   std::mutex peers_mu_;
   std::vector<std::unique_ptr<Peer>> peers_;
+  std::atomic<int> relay_channels_{0};  // relay channels opened (they stay open)
 
   std::mutex segments_mu_;
   std::map<uint32_t, std::pair<Fd, uint64_t>> segments_;  // id -> (memfd, size)
