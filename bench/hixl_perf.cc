@@ -1,4 +1,5 @@
-// hixl_perf: latency, bandwidth and message rate of hixl put and get.
+// hixl_perf: latency, bandwidth and message rate of hixl put and get; the
+// latency of put-with-signal; the latency and rate of remote atomics.
 //
 //   hixlrun -n 2 build/bench/hixl_perf [--min 8] [--max 1G] [--output r.json]
 //
@@ -6,6 +7,16 @@
 //   * latency: a timed batch of `op; fence` pairs, per pair;
 //   * bandwidth: a timed batch of back-to-back ops and one fence at the end;
 //   * message rate (sizes up to --rate-max): the bandwidth batch's ops/s.
+// put_signal (sizes up to --signal-max, one-to-one): a ping-pong between
+// ranks 0 and 1.  Each side puts SIZE bytes with a signal (SET to the round
+// number) into the other's memory, and the other waits for the signal with
+// hixl_wait_until, checks that the data is there and answers the same way;
+// the figure is half the round trip, i.e. the time from starting a put with
+// signal until the target has seen the signal (as osu_latency's for MPI).
+// fetch_add: ranks 1..N-1 add 1 to one 64-bit word of rank 0 with
+// hixl_atomic_fetch_add; latency is rank 1's time per call alone (the call
+// returns the old value, so it is complete when it returns); the rate is
+// every worker's calls together, back to back, aggregated.
 // Each figure is the median over --reps batches, with min/max and p10/p90,
 // after a warm-up that also picks the batch length (--batch-ms).  After every
 // timed batch the data is verified byte by byte on the rank that received
@@ -27,10 +38,12 @@
 // 2 on a usage error; 77 when the selected transport is not built in.
 #include <hixl/hixl.hpp>
 
+#include <atomic>
 #include <cstdarg>
 #include <set>
 
 #include "bench_common.h"
+#include "engine_batch.h"
 #include "core/world.h"  // WorldImpl::TransportFor: which transport serves a peer
 
 namespace {
@@ -39,9 +52,20 @@ using namespace hixl_bench;  // NOLINT(build/namespaces): the benchmark's own he
 
 constexpr int kExitFailure = 1;
 constexpr int kExitUnsupported = 77;
+constexpr int kExitUsage = 2;
 
 // glibc's memcpy, called as the library calls it (never inlined or elided).
 void* (*volatile g_memcpy)(void*, const void*, size_t) = std::memcpy;
+
+// Seconds for k copies of n bytes from src to dst (at least 1 ns).
+double TimeMemcpy(uint8_t* dst, const uint8_t* src, uint64_t n, uint64_t k) {
+  auto t0 = Clock::now();
+  for (uint64_t i = 0; i < k; ++i) {
+    g_memcpy(dst, src, n);
+    asm volatile("" ::: "memory");
+  }
+  return std::max(Seconds(t0), 1e-9);
+}
 
 bool Sanitized() {
 #if defined(__SANITIZE_ADDRESS__)
@@ -89,24 +113,41 @@ std::optional<Reference> LoadReference(const std::string& path, std::string* err
 struct Options {
   SizeOptions sizes;
   std::string many_max;
-  std::vector<std::string> ops{"put", "get"}, mems{"sym", "reg"}, patterns{"auto"}, measures{"lat", "bw"};
+  std::vector<std::string> ops{"put", "get", "put_signal", "fetch_add"}, mems{"sym", "reg"}, patterns{"auto"},
+      measures{"lat", "bw"};
   int reps = 5;
   int warmup = 2;
   double batch_ms = 10;
   uint64_t max_iters = 1000000;
   std::string rate_max = "4K";
+  std::string signal_max = "64K";
   bool thp = false;
+  bool touch_before_register = false;
   bool no_memcpy = false;
   std::string output;
   std::vector<std::string> refs;
   bool corrupt = false;  // testing only: damage received data so the check must fail
 };
 
-enum class Op { kPut, kGet };
+enum class Op { kPut, kGet, kPutSignal, kFetchAdd };
 enum class Mem { kSym, kReg };
 enum class Pattern { kOneToOne, kManyToOne };
 
-const char* Name(Op o) { return o == Op::kPut ? "put" : "get"; }
+const char* Name(Op o) {
+  switch (o) {
+    case Op::kPut: return "put";
+    case Op::kGet: return "get";
+    case Op::kPutSignal: return "put_signal";
+    case Op::kFetchAdd: return "fetch_add";
+  }
+  return "?";
+}
+Op ParseOp(const std::string& s) {
+  if (s == "put") return Op::kPut;
+  if (s == "get") return Op::kGet;
+  if (s == "put_signal") return Op::kPutSignal;
+  return Op::kFetchAdd;
+}
 const char* Name(Mem m) { return m == Mem::kSym ? "sym" : "reg"; }
 const char* Name(Pattern p) { return p == Pattern::kOneToOne ? "one_to_one" : "many_to_one"; }
 const char* Title(Mem m) {
@@ -137,6 +178,10 @@ struct Row {
 
 // The pattern of the paired memcpy's source.
 constexpr uint64_t kPairedSeed = 0x5eed;
+
+// Words of the signal page: put_signal's signal and, a cache line further,
+// the fetch_add counter.
+constexpr size_t kSignalWord = 0, kCounterWord = 8;
 
 class Bench {
  public:
@@ -180,7 +225,28 @@ class Bench {
 
   Row MeasureMemcpy(uint64_t size);
   Row MeasureHixl(Pattern pattern, Op op, uint64_t size);
+  Row MeasurePutSignal(uint64_t size);
+  Row MeasureFetchAdd();
   uint64_t AgreedIters(const Batch& batch, bool worker);
+  uint64_t LockstepIters(const Batch& batch);
+  void PrintSignalHeader(Mem mem);
+  void PrintSignalRow(Mem mem, uint64_t size, const Row& r);
+  void PrintAtomicHeader(Mem mem);
+  void PrintAtomicRow(const Row& r);
+  void ReportFailure(const std::string& what);
+  // The slowest worker's time (at least 1 ns) and all workers' operations of
+  // one batch; false (and all_verified_ cleared) when any report failed.
+  bool Aggregate(const std::vector<BatchReport>& reports, double* slowest, uint64_t* ops) {
+    for (const BatchReport& x : reports) {
+      if (!x.ok) all_verified_ = false;
+      if (x.worker) {
+        *slowest = std::max(*slowest, x.seconds);
+        *ops += x.iters;
+      }
+    }
+    *slowest = std::max(*slowest, 1e-9);
+    return all_verified_;
+  }
   std::vector<BatchReport> TimedBatch(Pattern pattern, Op op, uint64_t size, const Batch& batch, uint64_t iters,
                                       bool worker);
   void SetUpMemory(Pattern pattern, Mem mem);
@@ -206,7 +272,7 @@ class Bench {
   Options opt_;
   const int me_, n_;
   std::vector<uint64_t> sizes_;
-  uint64_t many_max_ = 0, rate_max_ = 0;
+  uint64_t many_max_ = 0, rate_max_ = 0, signal_max_ = 0;
   std::vector<Op> ops_;
   std::vector<Mem> mems_;
   std::vector<Pattern> patterns_;
@@ -216,6 +282,7 @@ class Bench {
   uint64_t batch_no_ = 0;  // the same sequence on every rank: it gives the seeds
   bool all_verified_ = true;
   bool op_failed_ = false;  // an operation of the current batch failed (reported once)
+  std::map<std::pair<Mem, uint64_t>, double> put_lat_;  // put + fence latency by (memory, size), for comparison
   std::vector<double> load_at_start_ = LoadAverage();
 
   // Memory of the current (pattern, memory kind) phase.
@@ -226,6 +293,13 @@ class Bench {
   Buffer exposed_storage_;              // its storage, for registered memory
   std::optional<hixl::Registration> registration_;
   std::vector<uint64_t> exposed_addr_;  // every rank's block, by rank
+  // Signal words (put_signal) and the fetch_add counter, in the same kind of
+  // memory as the block: word kSignalWord and word kCounterWord of a page.
+  uint64_t* sig_ = nullptr;
+  Buffer sig_storage_;
+  std::optional<hixl::Registration> sig_registration_;
+  std::vector<uint64_t> sig_addr_;  // every rank's signal page, by rank
+  uint64_t round_ = 0;              // put_signal rounds so far: the same on every rank
   Buffer paired_src_, paired_dst_;      // rank 0's buffers for the paired memcpy
 };
 
@@ -247,7 +321,12 @@ bool Bench::ParseOptions() {
     if (!m) return fail("bad --many-max " + opt_.many_max);
     many_max_ = std::min(*m, many_max_);
   }
-  for (const auto& o : opt_.ops) ops_.push_back(o == "put" ? Op::kPut : Op::kGet);
+  for (const auto& o : opt_.ops) {
+    if (std::find(ops_.begin(), ops_.end(), ParseOp(o)) == ops_.end()) ops_.push_back(ParseOp(o));
+  }
+  auto sm = ParseSize(opt_.signal_max);
+  if (!sm) return fail("bad --signal-max " + opt_.signal_max);
+  signal_max_ = *sm;
   for (const auto& m : opt_.mems) mems_.push_back(m == "sym" ? Mem::kSym : Mem::kReg);
   for (const auto& p : opt_.patterns) {
     if (p == "one" || p == "auto") patterns_.push_back(Pattern::kOneToOne);
@@ -321,8 +400,8 @@ void Bench::SetUpMemory(Pattern pattern, Mem mem) {
   if (me_ == 0 && do_bw_ && !opt_.no_memcpy) {
     paired_src_ = AllocBuffer(stride_, opt_.thp);
     paired_dst_ = AllocBuffer(stride_, opt_.thp);
-    Fill(paired_src_.get(), stride_, kPairedSeed);
-    std::memset(paired_dst_.get(), 0, stride_);  // no page faults in the timed copies
+    std::memset(paired_src_.get(), 0, stride_);  // no page faults in the timed copies
+    std::memset(paired_dst_.get(), 0, stride_);
   }
   if (mem == Mem::kSym) {
     auto p = w_.Alloc(bytes);  // every rank, the same size: the same address everywhere
@@ -335,11 +414,31 @@ void Bench::SetUpMemory(Pattern pattern, Mem mem) {
   } else {
     exposed_storage_ = AllocBuffer(bytes, opt_.thp);
     exposed_ = exposed_storage_.get();
+    // Memory that an application filled before registering it (a tensor
+    // already in use) has its pages already: hixl's huge-page advice
+    // (HIXL_SHM_THP) then changes nothing for them.
+    if (opt_.touch_before_register) std::memset(exposed_, 0, bytes);
     auto reg = hixl::Registration::Make(exposed_, bytes);
     if (!reg.ok()) Fatal("hixl_register_memory of " + SizeName(bytes), reg.status());
     registration_.emplace(std::move(reg).value());
     exposed_addr_ = Gather(reinterpret_cast<uint64_t>(exposed_), "exchanging registered addresses");
   }
+  // The signal page, of the same kind.  Zeroed here: a symmetric allocation
+  // may reuse heap memory that an earlier phase wrote.
+  if (mem == Mem::kSym) {
+    auto p = w_.Alloc(kPage);
+    if (!p.ok()) Fatal("hixl_alloc of the signal page", p.status());
+    sig_ = static_cast<uint64_t*>(p.value());
+    std::memset(sig_, 0, kPage);
+  } else {
+    sig_storage_ = AllocBuffer(kPage);
+    sig_ = reinterpret_cast<uint64_t*>(sig_storage_.get());
+    std::memset(sig_, 0, kPage);
+    auto reg = hixl::Registration::Make(sig_, kPage);
+    if (!reg.ok()) Fatal("hixl_register_memory of the signal page", reg.status());
+    sig_registration_.emplace(std::move(reg).value());
+  }
+  sig_addr_ = Gather(reinterpret_cast<uint64_t>(sig_), "exchanging signal addresses");
   Must(w_.Barrier(), "barrier after memory set-up");
 }
 
@@ -347,11 +446,15 @@ void Bench::TearDownMemory() {
   Must(w_.Barrier(), "barrier before memory release");
   if (mem_ == Mem::kSym) {
     Must(w_.Free(exposed_), "hixl_free");
+    Must(w_.Free(sig_), "hixl_free of the signal page");
   } else {
     registration_.reset();
     exposed_storage_.reset();
+    sig_registration_.reset();
+    sig_storage_.reset();
   }
   exposed_ = nullptr;
+  sig_ = nullptr;
   local_.reset();
   paired_src_.reset();
   paired_dst_.reset();
@@ -390,38 +493,35 @@ Row Bench::MeasureHixl(Pattern pattern, Op op, uint64_t size) {
   // Per batch: the slowest worker's time and all workers' operations.
   Row row;
   std::vector<double> lat, bw, rate, paired_bw, paired_ratio;
-  const bool paired = static_cast<bool>(paired_src_);
+  const bool pairing = do_bw_ && !opt_.no_memcpy;  // the same on every rank
+  const bool paired = static_cast<bool>(paired_src_);  // rank 0: it runs the memcpy
+  uint64_t paired_seed = kPairedSeed;
   auto measure = [&](const Batch& batch, uint64_t* iters_out, bool latency) {
     const uint64_t iters = AgreedIters(batch, worker);
     *iters_out = iters;
     for (int r = 0; r < opt_.reps; ++r) {
       double slowest = 0;
       uint64_t ops = 0;
-      for (const BatchReport& x : TimedBatch(pattern, op, size, batch, iters, worker)) {
-        if (!x.ok) all_verified_ = false;
-        if (x.worker) {
-          slowest = std::max(slowest, x.seconds);
-          ops += x.iters;
-        }
-      }
-      if (!all_verified_) return false;
-      slowest = std::max(slowest, 1e-9);
+      if (!Aggregate(TimedBatch(pattern, op, size, batch, iters, worker), &slowest, &ops)) return false;
       if (latency) {
         lat.push_back(slowest / static_cast<double>(iters) * 1e6);
       } else {
         bw.push_back(static_cast<double>(ops) * static_cast<double>(size) / slowest / 1e9);
         rate.push_back(static_cast<double>(ops) / slowest / 1e6);
-        if (paired) {
+        if (pairing) {
           // The same size and volume with one core's memcpy, right now: the
           // ratio holds up when other work on the machine comes and goes.
-          auto t0 = Clock::now();
-          for (uint64_t i = 0; i < ops; ++i) {
-            g_memcpy(paired_dst_.get(), paired_src_.get(), size);
-            asm volatile("" ::: "memory");
+          // Its source is written just before, as the batch's source was;
+          // the other ranks wait in a barrier meanwhile, as they did for the
+          // batch, so that nothing of ours competes for memory.
+          if (paired) {
+            paired_seed = kPairedSeed + static_cast<uint64_t>(r);
+            Fill(paired_src_.get(), size, paired_seed);
+            const double t = TimeMemcpy(paired_dst_.get(), paired_src_.get(), size, ops);
+            paired_bw.push_back(static_cast<double>(ops) * static_cast<double>(size) / t / 1e9);
+            paired_ratio.push_back(bw.back() / paired_bw.back());
           }
-          const double t = std::max(Seconds(t0), 1e-9);
-          paired_bw.push_back(static_cast<double>(ops) * static_cast<double>(size) / t / 1e9);
-          paired_ratio.push_back(bw.back() / paired_bw.back());
+          Must(w_.Barrier(), "barrier after the paired memcpy");
         }
       }
     }
@@ -434,11 +534,11 @@ Row Bench::MeasureHixl(Pattern pattern, Op op, uint64_t size) {
   row.rate_Mops = Summarize(rate);
   row.has_rate = do_bw_ && size <= rate_max_;
   int32_t paired_ok = 1;
-  if (paired && Check(paired_dst_.get(), size, kPairedSeed)) {
+  if (paired && !paired_bw.empty() && Check(paired_dst_.get(), size, paired_seed)) {
     std::fprintf(stderr, "hixl_perf: VERIFICATION FAILED: paired memcpy of %s\n", SizeName(size).c_str());
     paired_ok = 0;
   }
-  if (do_bw_ && !opt_.no_memcpy) {  // every rank learns what rank 0 found
+  if (pairing) {  // every rank learns what rank 0 found
     auto oks = Gather(paired_ok, "gathering the memcpy check");
     if (std::count(oks.begin(), oks.end(), 0) > 0) all_verified_ = false;
   }
@@ -450,18 +550,198 @@ Row Bench::MeasureHixl(Pattern pattern, Op op, uint64_t size) {
   return row;
 }
 
+// The batch length of a batch that ranks run in lockstep (a ping-pong):
+// every rank runs the same probes, and all decide on the slowest rank's time.
+uint64_t Bench::LockstepIters(const Batch& batch) {
+  for (int i = 0; i < opt_.warmup; ++i) batch(1);
+  const double target = opt_.batch_ms / 1000;
+  for (uint64_t k = 1;; k *= 2) {
+    auto t0 = Clock::now();
+    batch(k);
+    const double mine = Seconds(t0);
+    auto all = Gather(mine, "calibrating a ping-pong");
+    const double t = *std::max_element(all.begin(), all.end());
+    if (t >= target / 8 || k >= opt_.max_iters) {
+      const double per_op = std::max(t, 1e-9) / static_cast<double>(k);
+      return std::clamp<uint64_t>(static_cast<uint64_t>(std::ceil(target / per_op)), 1, opt_.max_iters);
+    }
+  }
+}
+
+void Bench::ReportFailure(const std::string& what) {
+  if (op_failed_) return;
+  std::fprintf(stderr, "hixl_perf: rank %d: %s\n", me_, what.c_str());
+  op_failed_ = true;
+}
+
+// put_signal ping-pong between ranks 0 and 1 (other ranks only take part in
+// the barriers).  Round v: rank 0 puts SIZE bytes into rank 1's block with
+// the signal SET to v; rank 1 waits until its signal word is v, checks that
+// the data carries v in its first word (data visible with its signal), and
+// answers the same way.  Latency: rank 0's time per round / 2.  After each
+// batch both check the whole of the last message they received.
+Row Bench::MeasurePutSignal(uint64_t size) {
+  const bool active = me_ < 2;
+  const int peer = 1 - me_;  // for the active ranks
+  uint8_t* local = local_.get();
+  const bool tagged = size >= 8;
+  auto send = [&](uint64_t v) {
+    if (tagged) std::memcpy(local, &v, 8);
+    const hixl::Status s = w_.PutSignal(peer, local, exposed_addr_[static_cast<size_t>(peer)], size,
+                                        sig_addr_[static_cast<size_t>(peer)] + kSignalWord * 8, v,
+                                        hixl::SignalOp::kSet);
+    if (!s.ok()) ReportFailure("put_signal of " + SizeName(size) + ": " + s.ToString());
+    return s.ok();
+  };
+  auto receive = [&](uint64_t v) {
+    const hixl::Status s = w_.WaitUntil(&sig_[kSignalWord], hixl::Cmp::kGe, v);
+    if (!s.ok()) {
+      ReportFailure("wait_until for round " + std::to_string(v) + ": " + s.ToString());
+      return false;
+    }
+    const uint64_t seen = std::atomic_ref<uint64_t>(sig_[kSignalWord]).load(std::memory_order_acquire);
+    uint64_t tag = v;
+    if (tagged) std::memcpy(&tag, exposed_, 8);
+    if (seen != v || tag != v) {
+      ReportFailure("VERIFICATION FAILED: put_signal of " + SizeName(size) + ": round " + std::to_string(v) +
+                    ": signal " + std::to_string(seen) + ", data of round " + std::to_string(tag));
+      return false;
+    }
+    return true;
+  };
+  const Batch batch = [&](uint64_t k) {
+    if (!active) return;
+    for (uint64_t i = 0; i < k; ++i) {
+      const uint64_t v = ++round_;
+      const bool ok = me_ == 0 ? send(v) && receive(v) : receive(v) && send(v);
+      if (!ok) return;
+    }
+  };
+
+  Row row;
+  op_failed_ = false;
+  row.iters_lat = LockstepIters(batch);
+  std::vector<double> lat;
+  for (int r = 0; r < opt_.reps; ++r) {
+    const uint64_t b = batch_no_++;
+    if (active) Fill(local, size, Seed(b, me_));
+    Must(w_.Barrier(), "barrier before a batch");
+    BatchReport rep;
+    rep.worker = active ? 1 : 0;
+    if (active) {
+      auto t0 = Clock::now();
+      batch(row.iters_lat);
+      rep.seconds = Seconds(t0);
+      rep.iters = row.iters_lat;
+    }
+    Must(w_.Barrier(), "barrier after a batch");
+    if (op_failed_) rep.ok = 0;
+    if (active && rep.ok) {
+      if (opt_.corrupt) exposed_[size - 1] ^= 0x5a;
+      // The last message from the peer: its pattern after the round tag.
+      const uint64_t skip = tagged ? 8 : 0;
+      if (auto bad = Check(exposed_ + skip, size - skip, Seed(b, peer) + (tagged ? kStep : 0))) {
+        std::fprintf(stderr, "hixl_perf: rank %d: VERIFICATION FAILED: put_signal of %s from rank %d: wrong byte at "
+                     "offset %llu\n", me_, SizeName(size).c_str(), peer,
+                     static_cast<unsigned long long>(*bad + skip));
+        rep.ok = 0;
+      }
+    }
+    const auto reports = Gather(rep, "gathering batch results");
+    for (const BatchReport& x : reports) {
+      if (!x.ok) all_verified_ = false;
+    }
+    if (!all_verified_) return row;
+    lat.push_back(std::max(reports[0].seconds, 1e-9) / static_cast<double>(row.iters_lat) / 2 * 1e6);
+  }
+  row.lat_us = Summarize(lat);
+  return row;
+}
+
+// fetch_add on one word of rank 0 (the signal page's counter).  Latency:
+// rank 1 alone, time per call.  Rate: ranks 1..N-1 at once, all calls over
+// the slowest worker's time (with 2 ranks the same batches give both).
+// Verified: every worker's old values strictly increase, and after each
+// batch the word has grown by exactly the number of calls.
+Row Bench::MeasureFetchAdd() {
+  const uint64_t addr = sig_addr_[0] + kCounterWord * 8;
+  const int workers = n_ - 1;
+  Row row;
+  auto run = [&](bool everyone, uint64_t* iters_out, std::vector<double>* lat, std::vector<double>* rate) {
+    const bool worker = everyone ? me_ >= 1 : me_ == 1;
+    const uint64_t nworkers = everyone ? static_cast<uint64_t>(workers) : 1;
+    const Batch batch = [&](uint64_t k) {
+      uint64_t prev = 0;
+      for (uint64_t i = 0; i < k; ++i) {
+        auto r = w_.AtomicFetchAdd(0, addr, 1);
+        if (!r.ok()) return ReportFailure("fetch_add: " + r.status().ToString());
+        if (i > 0 && r.value() <= prev) {
+          return ReportFailure("VERIFICATION FAILED: fetch_add returned " + std::to_string(r.value()) + " after " +
+                               std::to_string(prev));
+        }
+        prev = r.value();
+      }
+    };
+    op_failed_ = false;
+    const uint64_t iters = AgreedIters(batch, worker);
+    *iters_out = iters;
+    for (int r = 0; r < opt_.reps; ++r) {
+      ++batch_no_;
+      const uint64_t before = me_ == 0 ? std::atomic_ref<uint64_t>(sig_[kCounterWord]).load() : 0;
+      Must(w_.Barrier(), "barrier before a batch");
+      BatchReport rep;
+      rep.worker = worker ? 1 : 0;
+      if (worker) {
+        auto t0 = Clock::now();
+        batch(iters);
+        rep.seconds = Seconds(t0);
+        rep.iters = iters;
+      }
+      Must(w_.Barrier(), "barrier after a batch");  // every call has returned: the word is final
+      if (op_failed_) rep.ok = 0;
+      if (me_ == 0) {
+        const uint64_t now = std::atomic_ref<uint64_t>(sig_[kCounterWord]).load();
+        const uint64_t want = before + iters * nworkers - (opt_.corrupt ? 1 : 0);
+        if (now != want) {
+          std::fprintf(stderr, "hixl_perf: VERIFICATION FAILED: fetch_add: the word is %llu, expected %llu\n",
+                       static_cast<unsigned long long>(now), static_cast<unsigned long long>(want));
+          rep.ok = 0;
+        }
+      }
+      double slowest = 0;
+      uint64_t ops = 0;
+      if (!Aggregate(Gather(rep, "gathering batch results"), &slowest, &ops)) return false;
+      if (lat) lat->push_back(slowest / static_cast<double>(iters) * 1e6);
+      if (rate) rate->push_back(static_cast<double>(ops) / slowest / 1e6);
+    }
+    return true;
+  };
+  std::vector<double> lat, rate;
+  if (workers == 1) {
+    if ((do_lat_ || do_bw_) && !run(true, &row.iters_lat, &lat, &rate)) return row;
+    row.iters_bw = row.iters_lat;
+  } else {
+    if (do_lat_ && !run(false, &row.iters_lat, &lat, nullptr)) return row;
+    if (do_bw_ && !run(true, &row.iters_bw, nullptr, &rate)) return row;
+  }
+  if (do_lat_) row.lat_us = Summarize(lat);
+  else row.iters_lat = 0;
+  if (do_bw_) {
+    row.rate_Mops = Summarize(rate);
+    row.has_rate = true;
+  } else {
+    row.iters_bw = 0;
+  }
+  return row;
+}
+
 // The physical limit of a same-host put: one core copying between two
 // private buffers, timed and verified like the hixl batches.  Rank 0 only.
 Row Bench::MeasureMemcpy(uint64_t size) {
   Row row;
   if (me_ == 0) {
     Buffer src = AllocBuffer(size, opt_.thp), dst = AllocBuffer(size, opt_.thp);
-    const Batch batch = [&](uint64_t k) {
-      for (uint64_t i = 0; i < k; ++i) {
-        g_memcpy(dst.get(), src.get(), size);
-        asm volatile("" ::: "memory");
-      }
-    };
+    const Batch batch = [&](uint64_t k) { TimeMemcpy(dst.get(), src.get(), size, k); };
     Fill(src.get(), size, Seed(batch_no_, -1));
     const uint64_t iters = Calibrate(batch, opt_.warmup, opt_.batch_ms / 1000, opt_.max_iters);
     row.iters_lat = row.iters_bw = iters;
@@ -469,9 +749,7 @@ Row Bench::MeasureMemcpy(uint64_t size) {
     for (int r = 0; r < opt_.reps; ++r) {
       const uint64_t seed = Seed(batch_no_ + static_cast<uint64_t>(r), -1);
       Fill(src.get(), size, seed);
-      auto t0 = Clock::now();
-      batch(iters);
-      const double s = std::max(Seconds(t0), 1e-9);
+      const double s = TimeMemcpy(dst.get(), src.get(), size, iters);
       if (Check(dst.get(), size, seed)) {
         std::fprintf(stderr, "hixl_perf: VERIFICATION FAILED: memcpy of %s\n", SizeName(size).c_str());
         all_verified_ = false;
@@ -492,8 +770,9 @@ Row Bench::MeasureMemcpy(uint64_t size) {
 void Bench::PrintHeader() {
   const char* env = std::getenv("HIXL_TRANSPORT");
   const char* cma = std::getenv("HIXL_SHM_CMA");
-  Say("hixl_perf: %d ranks, transport %s (HIXL_TRANSPORT=%s%s%s)\n", n_, transport_.c_str(), env ? env : "auto",
-      cma ? ", HIXL_SHM_CMA=" : "", cma ? cma : "");
+  const char* thp = std::getenv("HIXL_SHM_THP");
+  Say("hixl_perf: %d ranks, transport %s (HIXL_TRANSPORT=%s%s%s%s%s)\n", n_, transport_.c_str(), env ? env : "auto",
+      cma ? ", HIXL_SHM_CMA=" : "", cma ? cma : "", thp ? ", HIXL_SHM_THP=" : "", thp ? thp : "");
   Say("machine: %s, %ld CPUs online\n", CpuModel().c_str(), ::sysconf(_SC_NPROCESSORS_ONLN));
   Say("each figure: median [min - max] of %d batches of ~%g ms, after warm-up; GB/s = 1e9 B/s; every batch "
       "verified\n", opt_.reps, opt_.batch_ms);
@@ -502,6 +781,7 @@ void Bench::PrintHeader() {
       "after the batch\n");
   for (const auto& r : refs_) Say("reference %s: %s (%s)\n", r.name.c_str(), r.label.c_str(), r.file.c_str());
   if (opt_.thp) Say("benchmark-owned buffers use transparent huge pages (--thp)\n");
+  if (opt_.touch_before_register) Say("registered memory is written before it is registered\n");
   if (Sanitized()) Say("WARNING: built with sanitizers: the numbers are not meaningful\n");
 }
 
@@ -536,6 +816,43 @@ void Bench::PrintRow(uint64_t size, const Row& r, const Row* m) {
     s += c;
   }
   Say("%s\n", s.c_str());
+}
+
+void Bench::PrintSignalHeader(Mem mem) {
+  Say("\n== put_signal, %s, ping-pong rank 0 <-> rank 1: half round trip (put with signal until the target sees "
+      "the signal)\n", Title(mem));
+  std::string h = "    size   lat us                     put+fence us";
+  for (const auto& r : refs_) {
+    char c[32];
+    std::snprintf(c, sizeof c, "  %-7s us", r.name.substr(0, 7).c_str());
+    h += c;
+  }
+  Say("%s\n", h.c_str());
+}
+
+void Bench::PrintSignalRow(Mem mem, uint64_t size, const Row& r) {
+  auto it = put_lat_.find({mem, size});
+  char line[256];
+  std::snprintf(line, sizeof line, "%8s   %-26s %-12s", SizeName(size).c_str(), Spread(r.lat_us).c_str(),
+                it != put_lat_.end() ? Fmt(it->second).c_str() : "-");
+  std::string s = line;
+  for (const auto& ref : refs_) {
+    auto l = ref.lat.find(size);
+    char c[32];
+    std::snprintf(c, sizeof c, "  %-10s", l != ref.lat.end() ? Fmt(l->second).c_str() : "-");
+    s += c;
+  }
+  Say("%s\n", s.c_str());
+}
+
+void Bench::PrintAtomicHeader(Mem mem) {
+  Say("\n== fetch_add on one 64-bit word of rank 0, %s, from ranks 1..%d\n", Title(mem), n_ - 1);
+  Say("          lat us (rank 1 alone)      Mops/s (%d worker%s at once)\n", n_ - 1, n_ > 2 ? "s" : "");
+}
+
+void Bench::PrintAtomicRow(const Row& r) {
+  Say("          %-26s %s\n", r.iters_lat ? Spread(r.lat_us).c_str() : "-",
+      r.has_rate ? Spread(r.rate_Mops).c_str() : "-");
 }
 
 json Bench::RowJson(uint64_t size, const Row& r, const Row* m) {
@@ -585,13 +902,19 @@ json Bench::Document(const json& memcpy_rows, const json& results, double elapse
   doc["build"] = {{"type", HIXL_BUILD_TYPE}, {"sanitized", Sanitized()}};
   doc["config"] = {{"sizes", sizes_},        {"reps", opt_.reps},         {"warmup", opt_.warmup},
                    {"batch_ms", opt_.batch_ms}, {"max_iters", opt_.max_iters}, {"rate_max", rate_max_},
-                   {"many_max", many_max_},  {"thp", opt_.thp}};
+                   {"many_max", many_max_},  {"signal_max", signal_max_}, {"thp", opt_.thp},
+                   {"touch_before_register", opt_.touch_before_register}};
+  const char* thp = std::getenv("HIXL_SHM_THP");
+  doc["shm_thp_env"] = thp ? thp : "";
   json refs = json::object();
   for (const auto& r : refs_) refs[r.name] = {{"label", r.label}, {"file", r.file}};
   doc["references"] = refs;
-  doc["units"] = {{"lat_us", "microseconds per operation, including the fence"},
+  doc["units"] = {{"lat_us", "microseconds per operation, including the fence; put_signal: half a ping-pong round "
+                             "trip (put with signal until the target has seen the signal); fetch_add: one call "
+                             "(complete on return), rank 1 alone"},
                   {"bw_GBps", "1e9 bytes per second (many_to_one: aggregate over workers)"},
-                  {"msg_rate_Mops", "1e6 operations per second"},
+                  {"msg_rate_Mops", "1e6 operations per second; fetch_add: every worker (ranks 1..N-1) at once, "
+                                    "aggregate"},
                   {"bw_ratio", "hixl GB/s median / the reference's GB/s median at the same size; for memcpy, "
                                "the median of the per-batch ratios to the paired memcpy"},
                   {"memcpy_paired_GBps", "one core's memcpy of the same size and volume, run on rank 0 right "
@@ -675,6 +998,51 @@ int Bench::Run() {
     for (Mem m : mems_) {
       SetUpMemory(p, m);
       for (Op op : ops_) {
+        if (op == Op::kPutSignal) {
+          if (p != Pattern::kOneToOne || !do_lat_) continue;  // a ping-pong: latency only
+          PrintSignalHeader(m);
+          for (uint64_t s : sizes_) {
+            if (s > signal_max_) continue;
+            Row r = MeasurePutSignal(s);
+            if (!all_verified_) {
+              Say("%8s   FAILED (see above)\n", SizeName(s).c_str());
+              TearDownMemory();
+              return kExitFailure;
+            }
+            PrintSignalRow(m, s, r);
+            json j = {{"pattern", Name(p)}, {"mem", Name(m)}, {"op", Name(op)}, {"size", s},
+                      {"size_name", SizeName(s)}, {"iters_lat", r.iters_lat}, {"iters_bw", 0},
+                      {"lat_us", ToJson(r.lat_us)},
+                      {"lat_kind", "half_round_trip"}};
+            json refs = json::object();
+            for (const auto& ref : refs_) {
+              if (auto l = ref.lat.find(s); l != ref.lat.end()) refs[ref.name] = l->second;
+            }
+            if (!refs.empty()) j["ref_lat_us"] = refs;
+            j["verified"] = true;
+            results.push_back(std::move(j));
+          }
+          continue;
+        }
+        if (op == Op::kFetchAdd) {
+          if (p != patterns_.front()) continue;  // its own pattern: ranks 1..N-1 -> rank 0
+          PrintAtomicHeader(m);
+          Row r = MeasureFetchAdd();
+          if (!all_verified_) {
+            Say("          FAILED (see above)\n");
+            TearDownMemory();
+            return kExitFailure;
+          }
+          PrintAtomicRow(r);
+          json j = {{"pattern", n_ > 2 ? "many_to_one" : "one_to_one"}, {"mem", Name(m)}, {"op", Name(op)},
+                    {"size", 8}, {"size_name", SizeName(8)}, {"workers", n_ - 1}, {"iters_lat", r.iters_lat},
+                    {"iters_bw", r.iters_bw}};
+          if (r.iters_lat) j["lat_us"] = ToJson(r.lat_us);
+          if (r.has_rate) j["msg_rate_Mops"] = ToJson(r.rate_Mops);
+          j["verified"] = true;
+          results.push_back(std::move(j));
+          continue;
+        }
         PrintGroupHeader(std::string(Name(op)) + ", " + Title(m) + ", " +
                          (p == Pattern::kOneToOne
                               ? "one-to-one (rank 0 -> rank 1)"
@@ -689,6 +1057,7 @@ int Bench::Run() {
           }
           const Row* mr = memcpy_rows.count(s) ? &memcpy_rows[s] : nullptr;
           PrintRow(s, r, mr);
+          if (p == Pattern::kOneToOne && op == Op::kPut && r.iters_lat) put_lat_[{m, s}] = r.lat_us.median;
           json j = {{"pattern", Name(p)}, {"mem", Name(m)}, {"op", Name(op)}};
           j.update(RowJson(s, r, mr));
           j["verified"] = true;
@@ -712,13 +1081,18 @@ int Bench::Run() {
 
 int main(int argc, char** argv) {
   Options opt;
-  CLI::App app{"hixl_perf: latency, bandwidth and message rate of hixl put/get, with a memcpy reference measured in "
-               "the same run and two-sided references (MPI, gloo) read with --ref.\n"
+  CLI::App app{"hixl_perf: latency, bandwidth and message rate of hixl put/get, put-with-signal latency and remote "
+               "atomic (fetch_add) latency and rate, with a memcpy reference measured in the same run and two-sided "
+               "references (MPI, gloo) read with --ref.\n"
                "Run it with hixlrun:  hixlrun -n 2 hixl_perf --max 1G --output r.json"};
   opt.sizes.AddTo(app);
-  app.add_option("--ops", opt.ops, "Operations: put, get")
+  app.add_option("--ops", opt.ops,
+                 "Operations: put, get; put_signal (one-to-one ping-pong: rank 0 puts with a signal, rank 1 waits "
+                 "for it with hixl_wait_until and answers the same way; latency = half the round trip, sizes up to "
+                 "--signal-max); fetch_add (ranks 1..N-1 on one word of rank 0: latency of one call by rank 1 "
+                 "alone, and the aggregate rate of all of them at once)")
       ->delimiter(',')
-      ->check(CLI::IsMember({"put", "get"}))
+      ->check(CLI::IsMember({"put", "get", "put_signal", "fetch_add"}))
       ->capture_default_str();
   app.add_option("--mem", opt.mems, "Memory kinds: sym (hixl_alloc), reg (hixl_register_memory)")
       ->delimiter(',')
@@ -745,13 +1119,28 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 40))
       ->capture_default_str();
   app.add_option("--rate-max", opt.rate_max, "Report the message rate up to this size")->capture_default_str();
+  app.add_option("--signal-max", opt.signal_max, "Measure put_signal up to this size")->capture_default_str();
   app.add_flag("--thp", opt.thp, "Back the benchmark's own buffers (local, registered, memcpy) with transparent "
                                  "huge pages (madvise)");
   app.add_flag("--no-memcpy", opt.no_memcpy, "Skip the memcpy reference");
+  app.add_flag("--touch-before-register", opt.touch_before_register,
+               "Write registered memory before registering it, as an application that registers a buffer already "
+               "in use does (its pages exist: hixl's huge-page advice, HIXL_SHM_THP, cannot change them)");
   app.add_option("--output,-o", opt.output, "Write the results to FILE: JSON, or CSV when FILE ends in .csv");
   app.add_option("--ref", opt.refs, "A reference's JSON from bench/mpi_pingpong or bench/gloo_ref.py (repeatable)");
   app.add_flag("--corrupt-for-test", opt.corrupt, "Testing: damage received data so that verification must fail")
       ->group("");
+  bool engine_mode = false;
+  std::vector<std::string> engine_blocks{"4K", "32K", "256K", "2M"};
+  std::string engine_batch = "64M";
+  app.add_flag("--engine", engine_mode,
+               "Instead: batch bandwidth of the engine API (hixl::Engine): rank 1's engine writes and reads batches "
+               "of scattered blocks into rank 0's, against the same blocks as world puts/gets and memcpy "
+               "(transport: HIXL_TRANSPORT)")
+      ->group("Engine");
+  app.add_option("--engine-blocks", engine_blocks, "With --engine: block sizes")
+      ->delimiter(',')->group("Engine")->capture_default_str();
+  app.add_option("--engine-batch", engine_batch, "With --engine: bytes per batch")->group("Engine")->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -763,7 +1152,35 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "hixl_perf: hixl_init failed: %s\n", world.status().ToString().c_str());
     return world.status().code() == hixl::Errc::kUnsupported ? kExitUnsupported : kExitFailure;
   }
-  int rc = Bench(world.value(), std::move(opt)).Run();
+  int rc = 0;
+  if (engine_mode) {
+    EngineBatchOptions eo;
+    for (const std::string& b : engine_blocks) {
+      auto v = ParseSize(b);
+      if (!v || *v == 0) {
+        std::fprintf(stderr, "hixl_perf: --engine-blocks: '%s' is not a size\n", b.c_str());
+        return kExitUsage;
+      }
+      eo.block_sizes.push_back(*v);
+    }
+    auto batch = ParseSize(engine_batch);
+    if (!batch || *batch == 0) {
+      std::fprintf(stderr, "hixl_perf: --engine-batch: '%s' is not a size\n", engine_batch.c_str());
+      return kExitUsage;
+    }
+    eo.batch_bytes = *batch;
+    eo.reps = opt.reps;
+    if (const char* t = std::getenv("HIXL_TRANSPORT"); t && *t) eo.transport = t;
+    bool ok = true;
+    json rows = RunEngineBatch(world.value(), eo, &ok);
+    if (world->rank() == 1 && !opt.output.empty() &&
+        !WriteJson(opt.output, json{{"machine", Machine()}, {"date", NowIso()}, {"engine_batch", rows}})) {
+      ok = false;
+    }
+    rc = ok ? 0 : kExitFailure;
+  } else {
+    rc = Bench(world.value(), std::move(opt)).Run();
+  }
   if (hixl::Status s = world->Finalize(); !s.ok()) {
     std::fprintf(stderr, "hixl_perf: hixl_finalize failed: %s\n", s.ToString().c_str());
     if (rc == 0) rc = kExitFailure;

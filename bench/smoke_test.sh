@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# The hixl_perf smoke test (ctest hixl_perf_smoke): a short run on small sizes
-# must complete, verify every batch and write JSON with the expected fields;
-# a run whose received data is damaged on purpose must fail its check.
+# The hixl_perf smoke test (ctest hixl_perf_smoke): short runs on small sizes
+# (put, get, put_signal, fetch_add; over shm, and over UCX on TCP loopback
+# when it is built in) must complete, verify every batch and write JSON with
+# the expected fields; a run whose received data is damaged on purpose must
+# fail its check.
 # No timing thresholds.
 #   smoke_test.sh HIXLRUN HIXL_PERF OUT_DIR CMAKE CHECK_SCRIPT
 set -u
@@ -20,22 +22,41 @@ else
   echo "FAIL: hixl_perf wrote no $out/smoke.json"; fail=1
 fi
 
+echo "== the same over UCX (TCP loopback), 2 ranks, 8 B, 4 KiB, 64 KiB"
+rm -f "$out/smoke_ucx.json"
+HIXL_TRANSPORT=ucx UCX_TLS=tcp,self "$hixlrun" -n 2 --prefix-output --timeout 120 "$perf" --sizes 8,4K,64K \
+  --reps 2 --batch-ms 1 --output "$out/smoke_ucx.json"
+rc=$?
+if [[ $rc -eq 77 ]]; then
+  echo "(no ucx transport in this build: skipped)"
+elif [[ $rc -ne 0 ]]; then
+  echo "FAIL: hixl_perf over ucx exited with $rc"; fail=1
+else
+  "$cmake" -DFILE="$out/smoke_ucx.json" -DNSIZES=3 -DTRANSPORT=ucx -P "$check" ||
+    { echo "FAIL: $out/smoke_ucx.json lacks expected content"; fail=1; }
+fi
+
 echo "== many-to-one, 3 ranks, CSV output"
 "$hixlrun" -n 3 --prefix-output --timeout 120 "$perf" --sizes 8,4K,64K --pattern many --reps 2 --batch-ms 1 \
   --no-memcpy --output "$out/smoke.csv"
 rc=$?
 [[ $rc -eq 0 ]] || { echo "FAIL: hixl_perf -n 3 --pattern many exited with $rc"; fail=1; }
-# header + 2 memory kinds x 2 ops x 3 sizes
+# header + 2 memory kinds x (2 ops x 3 sizes + fetch_add by 2 workers); no
+# put_signal (a one-to-one ping-pong)
 lines=$(wc -l < "$out/smoke.csv" 2>/dev/null || echo 0)
-[[ $lines -eq 13 ]] || { echo "FAIL: $out/smoke.csv has $lines lines, expected 13"; fail=1; }
+[[ $lines -eq 15 ]] || { echo "FAIL: $out/smoke.csv has $lines lines, expected 15"; fail=1; }
+grep -q '^hixl,[^,]*,3,many_to_one,sym,fetch_add,8,' "$out/smoke.csv" ||
+  { echo "FAIL: $out/smoke.csv has no fetch_add line"; fail=1; }
 
-echo "== damaged data must be detected"
-msg=$("$hixlrun" -n 2 --prefix-output --timeout 120 "$perf" --sizes 4K --ops put --mem sym --reps 1 \
-      --batch-ms 1 --no-memcpy --corrupt-for-test 2>&1)
-rc=$?
-echo "$msg" | tail -5
-[[ $rc -eq 1 ]] || { echo "FAIL: a run with damaged data exited with $rc, expected 1"; fail=1; }
-echo "$msg" | grep -q "VERIFICATION FAILED" || { echo "FAIL: no VERIFICATION FAILED message"; fail=1; }
+for op in put put_signal fetch_add; do
+  echo "== damaged data must be detected: $op"
+  msg=$("$hixlrun" -n 2 --prefix-output --timeout 120 "$perf" --sizes 4K --ops $op --mem sym --reps 1 \
+        --batch-ms 1 --no-memcpy --corrupt-for-test 2>&1)
+  rc=$?
+  echo "$msg" | tail -3
+  [[ $rc -eq 1 ]] || { echo "FAIL: a $op run with damaged data exited with $rc, expected 1"; fail=1; }
+  echo "$msg" | grep -q "VERIFICATION FAILED" || { echo "FAIL: no VERIFICATION FAILED message for $op"; fail=1; }
+done
 
 if [[ $fail -eq 0 ]]; then echo "hixl_perf smoke: passed"; else echo "hixl_perf smoke: FAILED"; fi
 exit $fail
