@@ -222,7 +222,9 @@ test_prefix_no_interleaving() {
 }
 
 test_args_passthrough() {
-  run -n 2 sh -c 'printf "%s|" "$@"; echo' x --foo -n 3 "a b" -- --np=7 -p --help
+  # Each rank writes its line with one write(): the two ranks share hixlrun's
+  # stdout, and two writes each could interleave.
+  run -n 2 sh -c 'line=$(printf "%s|" "$@"); printf "%s\n" "$line"' x --foo -n 3 "a b" -- --np=7 -p --help
   expect_rc 0
   expect_out "--foo|-n|3|a b|--|--np=7|-p|--help|
 --foo|-n|3|a b|--|--np=7|-p|--help|"
