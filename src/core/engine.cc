@@ -318,23 +318,13 @@ struct Engine::Impl final : transport::Host {
     topts.shm_cma = cfg.shm_cma;
     topts.shm_thp = cfg.shm_thp;
     topts.net_dev = cfg.net_dev;
-    std::map<std::string, std::string> unavailable;
-    HIXL_ASSIGN_OR_RETURN(transports, transport::CreateTransports(this, topts, &unavailable));
-    if (cfg.transport != "auto") {
-      std::erase_if(transports, [&](const auto& t) {
-        if (t->name() == cfg.transport) return false;
-        t->Shutdown();
-        return true;
-      });
-      if (auto why = unavailable.find(cfg.transport); transports.empty() && why != unavailable.end()) {
-        return Err(Errc::kUnsupported, "Engine::Initialize: transport {} was asked for but it could not start here: {}",
-                   cfg.transport, why->second);
-      }
-      if (transports.empty()) {
-        return Err(Errc::kUnsupported, "Engine::Initialize: transport {} was asked for but this build of hixl has no {} "
-                   "transport", cfg.transport, cfg.transport);
-      }
+    if (cfg.transport != "auto") topts.only = cfg.transport;
+    auto ts = transport::CreateTransports(this, topts);
+    if (!ts.ok()) {
+      return Err(ts.status().code(), "Engine::Initialize: {}{}",
+                 topts.only.empty() ? "" : "transport " + topts.only + " was asked for but ", ts.status().message());
     }
+    transports = std::move(ts.value());
     // A port > 0: listen there for peers.  Otherwise a free port serves only
     // the calls back from engines we connect to.
     auto srv = bootstrap::ControlServer::Start(

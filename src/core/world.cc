@@ -108,23 +108,15 @@ Status WorldImpl::Start() {
   topts.shm_cma = cfg_.shm_cma;
   topts.shm_thp = cfg_.shm_thp;
   topts.net_dev = cfg_.net_dev;
-  std::map<std::string, std::string> unavailable;
-  HIXL_ASSIGN_OR_RETURN(transports_, transport::CreateTransports(this, topts, &unavailable));
   if (cfg_.transport != bootstrap::TransportChoice::kAuto) {
-    const char* want = cfg_.transport == bootstrap::TransportChoice::kShm ? "shm" : "ucx";
-    std::erase_if(transports_, [&](const auto& t) {
-      if (t->name() == want) return false;
-      t->Shutdown();
-      return true;
-    });
-    if (transports_.empty()) {
-      if (auto why = unavailable.find(want); why != unavailable.end()) {
-        return Err(Errc::kUnsupported, "HIXL_TRANSPORT={} but the {} transport could not start here: {}", want, want,
-                   why->second);
-      }
-      return Err(Errc::kUnsupported, "HIXL_TRANSPORT={} but this build of hixl has no {} transport", want, want);
-    }
+    topts.only = cfg_.transport == bootstrap::TransportChoice::kShm ? "shm" : "ucx";
   }
+  auto ts = transport::CreateTransports(this, topts);
+  if (!ts.ok()) {
+    return topts.only.empty() ? ts.status()
+                              : Err(ts.status().code(), "HIXL_TRANSPORT={} but {}", topts.only, ts.status().message());
+  }
+  transports_ = std::move(ts.value());
 
   // 4. Peers.
   return ConnectPeers();

@@ -11,7 +11,6 @@
 
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -76,6 +75,7 @@ struct Options {
   bool shm_cma = true;     // HIXL_SHM_CMA
   bool shm_thp = true;     // HIXL_SHM_THP: advise huge pages for large registered regions
   std::string net_dev;     // HIXL_NET_DEV
+  std::string only;        // HIXL_TRANSPORT / the engine's "transport": the one transport to use ("" = all)
 };
 
 class Transport {
@@ -140,10 +140,10 @@ class Transport {
   virtual void Shutdown() = 0;
 };
 
-// Every transport built into this library, in order of preference.  One
-// that is built in but cannot start here is left out; `unavailable` (if
-// given) maps its name to the reason.
-Result<std::vector<std::unique_ptr<Transport>>> CreateTransports(
-    Host* host, const Options& options, std::map<std::string, std::string>* unavailable = nullptr);
+// Every transport built into this library, in order of preference; one that
+// is built in but cannot start here is left out (and logged).  With
+// options.only, just that one: kUnsupported saying why when it is not built
+// in or cannot start.
+Result<std::vector<std::unique_ptr<Transport>>> CreateTransports(Host* host, const Options& options);
 
 }  // namespace hixl::transport
