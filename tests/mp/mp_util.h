@@ -8,6 +8,7 @@
 
 #include <hixl/hixl.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -35,13 +36,17 @@ inline uint8_t PatternByte(uint64_t seed, uint64_t i) {
 // Fills buf with bytes [first, first+n) of pattern seed.
 inline void Fill(void* buf, size_t n, uint64_t seed, uint64_t first = 0) {
   auto* p = static_cast<uint8_t*>(buf);
-  size_t i = 0;
-  for (; i < n && ((first + i) & 7) != 0; ++i) p[i] = PatternByte(seed, first + i);
-  for (; i + 8 <= n; i += 8) {
+  // Head up to the next 8-byte boundary of the pattern, whole words, tail;
+  // each bound is computed from n so none can run past it.
+  const size_t head = std::min<size_t>(n, (8 - (first & 7)) & 7);
+  const size_t words = (n - head) / 8;
+  for (size_t i = 0; i < head; ++i) p[i] = PatternByte(seed, first + i);
+  for (size_t k = 0; k < words; ++k) {
+    const size_t i = head + k * 8;
     uint64_t w = Mix(seed * 0x100000001B3ull + ((first + i) >> 3));
     std::memcpy(p + i, &w, 8);
   }
-  for (; i < n; ++i) p[i] = PatternByte(seed, first + i);
+  for (size_t i = head + words * 8; i < n; ++i) p[i] = PatternByte(seed, first + i);
 }
 
 // The index of the first byte that differs from the pattern, or -1.

@@ -539,7 +539,7 @@ TEST_F(World1Test, LastErrorIsPerThread) {
   std::thread t([&] {
     other = hixl_last_error();  // nothing failed on this thread yet
     EXPECT_EQ(hixl_put(0, nullptr, 0x1000, 8), HIXL_ERR_INVALID_ARG);
-    other += "|" + std::string(hixl_last_error());
+    other.append("|").append(hixl_last_error());
   });
   t.join();
   EXPECT_THAT(LastError(), HasSubstr("rank 5"));
