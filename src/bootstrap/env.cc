@@ -1,5 +1,7 @@
 #include "bootstrap/env.h"
 
+#include "bootstrap/pmix.h"
+
 #include <charconv>
 #include <cstdlib>
 
@@ -87,11 +89,21 @@ Result<Config> ParseConfig(const GetEnv& env) {
   if (auto a = env("MASTER_ADDR")) {
     if (a->empty()) return Err(Errc::kBootstrap, "MASTER_ADDR is empty");
     c.master_addr = *a;
+    c.master_addr_set = true;
   }
   if (auto p = env("MASTER_PORT")) {
     HIXL_ASSIGN_OR_RETURN(int64_t port, ParseInt("MASTER_PORT", *p, 1, 65535));
     c.master_port = static_cast<uint16_t>(port);
+  } else if (c.world_size > 1 && UnderPmix(env) && PmixBuiltIn()) {
+    c.pmix_rendezvous = true;
   } else if (c.world_size > 1) {
+    if (UnderPmix(env)) {
+      return Err(Errc::kBootstrap,
+                 "world of {} ranks (from {}) started by a PMIx launcher, but this build of hixl has no PMIx "
+                 "support (rebuild with Debian's libpmix-dev) and MASTER_PORT is not set: set MASTER_ADDR and "
+                 "MASTER_PORT to where rank 0 should host the rendezvous store",
+                 c.world_size, c.rank_source);
+    }
     return Err(Errc::kBootstrap,
                "world of {} ranks (from {}) but MASTER_PORT is not set: set MASTER_ADDR and "
                "MASTER_PORT to where rank 0 should host the rendezvous store (hixlrun does this)",

@@ -18,7 +18,11 @@ struct Config {
   int world_size = 1;
   int local_rank = 0;
   std::string master_addr = "127.0.0.1";
+  bool master_addr_set = false;  // MASTER_ADDR was given
   uint16_t master_port = 0;
+  // No MASTER_PORT, but the launcher is a PMIx server (mpirun, oshrun,
+  // srun --mpi=pmix): rank 0 publishes the store's address through PMIx.
+  bool pmix_rendezvous = false;
   int64_t timeout_ms = 60000;  // HIXL_TIMEOUT_MS
   TransportChoice transport = TransportChoice::kAuto;
   std::string net_dev;   // HIXL_NET_DEV

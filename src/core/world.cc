@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "bootstrap/pmix.h"
 #include "bootstrap/socket.h"
 #include "core/log.h"
 
@@ -78,7 +79,23 @@ Status WorldImpl::Start() {
   if (n == 1) {
     store_ = std::make_unique<bootstrap::MemoryStore>();
   } else {
-    if (cfg_.rank == 0) {
+    if (cfg_.pmix_rendezvous) {
+      // The launcher is a PMIx server: rank 0 hosts the store on a port of
+      // its choosing and publishes where; every rank learns it.
+      auto host_store = [&](const std::string& bind) -> Result<bootstrap::StoreAddress> {
+        auto server = bootstrap::TcpStoreServer::Start(bind, 0, n);
+        if (!server.ok()) {
+          return Err(Errc::kBootstrap, "rank 0 cannot host the store on {}: {}", bind, server.status().message());
+        }
+        store_server_ = std::move(server.value());
+        return bootstrap::StoreAddress{bind, store_server_->port()};
+      };
+      HIXL_ASSIGN_OR_RETURN(bootstrap::StoreAddress at,
+                            bootstrap::PmixRendezvous(cfg_.rank, n, cfg_.master_addr_set ? cfg_.master_addr : "",
+                                                      cfg_.net_dev, cfg_.timeout_ms, host_store));
+      cfg_.master_addr = at.host;
+      cfg_.master_port = at.port;
+    } else if (cfg_.rank == 0) {
       auto server = bootstrap::TcpStoreServer::Start(cfg_.master_addr, cfg_.master_port, n);
       if (!server.ok()) {
         // MASTER_ADDR may name this host by an address we cannot bind.
