@@ -1,6 +1,6 @@
 // hixl.Engine: the engine API (include/hixl/engine.hpp) in Python style,
 // with TransferOp, MemType, TransferStatus, TransferOpDesc, NotifyDesc and
-// TransferReq.  Failures raise hixl.EngineError subclasses (hixl/_errors.py)
+// TransferReq.  Failures raise hixl.EngineError subclasses (hixl/errors.py)
 // carrying the CANN-compatible status number and the library's explanation.
 // The local objects of a transfer are kept alive until its final status,
 // registered objects until deregister_mem; the GIL is released around every

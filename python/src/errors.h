@@ -1,5 +1,5 @@
 // The one error model of the native module: every failure becomes a
-// hixl._errors exception (python/hixl/_errors.py maps a code to its class),
+// hixl.errors exception (python/hixl/errors.py maps a code to its class),
 // raised here and nowhere else.  World calls raise by HIXL_ERR_* code
 // (hixl.HixlError subclasses), engine calls by the engine's status number
 // (hixl.EngineError subclasses); both carry the library's message.
@@ -17,11 +17,11 @@ namespace hixl_py {
 
 namespace py = pybind11;
 
-// Raise the exception hixl._errors.error_for(code, message) as the current
+// Raise the exception hixl.errors.error_for(code, message) as the current
 // Python error (throws py::error_already_set).
 [[noreturn]] void Raise(int code, const std::string& message);
 [[noreturn]] void RaiseInvalid(const std::string& message);  // HIXL_ERR_INVALID_ARG
-// The same for an engine status: hixl._errors.engine_error_for(status, message).
+// The same for an engine status: hixl.errors.engine_error_for(status, message).
 [[noreturn]] void RaiseEngine(hixl::EngineStatus status, const std::string& message);
 
 // Raises unless s is ok.
@@ -49,7 +49,7 @@ PyObject* Protect(F&& f) {
 // The Python type name of an object, for messages.
 std::string TypeName(py::handle h);
 
-// strerror (hixl_strerror, the public C API).
+// strerror and the engine status names (from the public C/C++ API).
 void BindErrors(py::module_& m);
 
 }  // namespace hixl_py

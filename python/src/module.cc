@@ -2,8 +2,8 @@
 // C++ API (include/hixl: hixl::World, hixl::Engine) and nothing else.  This
 // file is only the module's entry point; the parts are:
 //
-//   errors.*    every failure raised as a hixl._errors exception (one place);
-//               strerror
+//   errors.*    every failure raised as a hixl.errors exception (one place);
+//               strerror, _engine_status_name
 //   state.*     global state: the World, live blocks, objects kept alive by
 //               transfers in flight and by registrations
 //   buffers.*   hixl.Buffer, a raw CPython type exporting symmetric memory
@@ -22,7 +22,7 @@
 //   exports held) until the fence or barrier that completes the transfer;
 //   objects registered with register_memory are kept alive until they are
 //   deregistered.
-// * Failures raise hixl.HixlError subclasses (hixl/_errors.py) carrying the
+// * Failures raise hixl.HixlError subclasses (hixl/errors.py) carrying the
 //   library's code and message.
 // * The GIL is released around every call that may wait.
 #include <pybind11/pybind11.h>
