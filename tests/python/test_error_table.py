@@ -83,18 +83,18 @@ def test_unknown_code():
 def test_the_binding_raises_through_the_table(monkeypatch):
     # The native module has no table of its own: it raises what
     # hixl.errors.CLASSES says, looked up at the time of the failure.
-    assert not hixl.is_initialized()
-    with pytest.raises(hixl.NotInitializedError) as e:
-        hixl.rank()
-    assert type(e.value) is errors.NotInitializedError and e.value.code == errors.ERR_NOT_INITIALIZED
+    # hixl.test needs no world, so this holds before, during and after one.
+    with pytest.raises(hixl.InvalidArgumentError) as e:
+        hixl.test(0, hixl.CMP_EQ, "one")
+    assert type(e.value) is errors.InvalidArgumentError and e.value.code == errors.ERR_INVALID_ARG
 
-    class Marked(errors.NotInitializedError):
+    class Marked(errors.InvalidArgumentError):
         pass
 
-    monkeypatch.setitem(errors.CLASSES, errors.ERR_NOT_INITIALIZED, Marked)
+    monkeypatch.setitem(errors.CLASSES, errors.ERR_INVALID_ARG, Marked)
     with pytest.raises(Marked) as e:
-        hixl.world_size()
-    assert e.value.code == errors.ERR_NOT_INITIALIZED and "hixl.world_size" in str(e.value)
+        hixl.test(0, hixl.CMP_EQ, "two")
+    assert e.value.code == errors.ERR_INVALID_ARG and "hixl.test: value must be an int" in str(e.value)
 
 
 @pytest.mark.parametrize("name,status", sorted(ENGINE_CODES.items(), key=lambda kv: kv[1]))
