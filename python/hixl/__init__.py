@@ -30,7 +30,7 @@ independently, connect by "ip:port" and move batches of blocks
 
 import atexit as _atexit
 
-from ._errors import (  # noqa: F401  (re-exported)
+from .errors import (  # noqa: F401  (re-exported)
     AlreadyConnectedError,
     AlreadyInitializedError,
     EngineError,
@@ -43,6 +43,7 @@ from ._errors import (  # noqa: F401  (re-exported)
     ResourceExhaustedError,
     BootstrapError,
     HixlError,
+    HixlNotConnectedError,
     HixlTimeoutError,
     InternalError,
     InvalidArgumentError,
@@ -55,7 +56,7 @@ from ._errors import (  # noqa: F401  (re-exported)
     TransportError,
     UnsupportedError,
 )
-from . import _errors as errors  # noqa: F401  (re-exported: the codes, hixl.errors.ERR_TIMEOUT, ...)
+from . import errors  # noqa: F401  (the codes and classes: hixl.errors.ERR_TIMEOUT, ...)
 from . import _hixl
 from ._hixl import (  # noqa: F401  (re-exported)
     CMP_EQ,
@@ -123,7 +124,7 @@ __all__ = [
     "HixlError", "InvalidArgumentError", "NotInitializedError", "NotRegisteredError",
     "InvalidRankError", "HixlTimeoutError", "PeerFailedError", "NoMemoryError",
     "TransportError", "UnsupportedError", "AlreadyInitializedError", "BootstrapError",
-    "InternalError", "QueueFullError", "errors",
+    "InternalError", "QueueFullError", "HixlNotConnectedError", "errors",
     "Engine", "READ", "WRITE", "TransferOp", "TransferOpDesc", "TransferReq", "TransferStatus", "MemType",
     "NotifyDesc", "EngineError", "ParamInvalidError", "RemoteNotRegisteredError", "EngineTimeoutError",
     "NotConnectedError", "AlreadyConnectedError", "EngineUnsupportedError", "ResourceExhaustedError",

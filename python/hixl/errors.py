@@ -1,10 +1,22 @@
-"""The exceptions hixl raises: one class per HIXL_ERR_* code of hixl.h.
+"""hixl.errors: the error codes and the exceptions hixl raises.
 
-Every failure of the library raises a subclass of :class:`HixlError` whose
-``code`` is the C API's negative error code and whose message is the
-library's own explanation (``str(err)``).  Where a built-in exception means
-the same thing, the class derives from it too, so ``except TimeoutError`` or
-``except ValueError`` also work.
+The world API (hixl.init, put, get, ...) raises one class per HIXL_ERR_*
+code of include/hixl/hixl.h: a subclass of :class:`HixlError` whose ``code``
+is the C API's negative error code (the ``ERR_*`` constants here, named as
+in hixl.h without the ``HIXL_`` prefix) and whose message is the library's
+own explanation (``str(err)``).  ``CLASSES`` maps each code to its class;
+``error_for(code, message)`` makes the exception, and is what the native
+module raises through, so this table is the only one.  Where a built-in
+exception means the same thing, the class derives from it too, so ``except
+TimeoutError`` or ``except ValueError`` also work.
+
+hixl.Engine raises :class:`EngineError` subclasses instead, by the engine's
+status numbers (``ENGINE_*``, include/hixl/engine.hpp; ``ENGINE_CLASSES``,
+``engine_error_for``).  Where an engine status means the same as a C code,
+its class is also that code's class: an engine NotConnectedError is a
+HixlNotConnectedError, a RemoteNotRegisteredError a NotRegisteredError.
+
+tests/python/test_error_table.py checks these tables against the headers.
 """
 
 SUCCESS = 0
@@ -21,8 +33,10 @@ ERR_ALREADY_INITIALIZED = -10
 ERR_BOOTSTRAP = -11
 ERR_INTERNAL = -12
 ERR_QUEUE_FULL = -13
+ERR_NOT_CONNECTED = -14
 
-_NAMES = {
+# code -> its name in hixl.h (also hixl.strerror(code) up to the colon).
+NAMES = {
     SUCCESS: "HIXL_SUCCESS",
     ERR_INVALID_ARG: "HIXL_ERR_INVALID_ARG",
     ERR_NOT_INITIALIZED: "HIXL_ERR_NOT_INITIALIZED",
@@ -37,6 +51,7 @@ _NAMES = {
     ERR_BOOTSTRAP: "HIXL_ERR_BOOTSTRAP",
     ERR_INTERNAL: "HIXL_ERR_INTERNAL",
     ERR_QUEUE_FULL: "HIXL_ERR_QUEUE_FULL",
+    ERR_NOT_CONNECTED: "HIXL_ERR_NOT_CONNECTED",
 }
 
 
@@ -54,7 +69,7 @@ class HixlError(Exception):
 
     @property
     def name(self):
-        return _NAMES.get(self.code, "HIXL_ERR_UNKNOWN")
+        return NAMES.get(self.code, "HIXL_ERR_UNKNOWN")
 
     def __reduce__(self):
         return (type(self), (self.code, self.message))
@@ -113,7 +128,13 @@ class QueueFullError(HixlError):
     messages already.  Nothing was sent and nothing is dropped: retry later."""
 
 
-_CLASSES = {
+class HixlNotConnectedError(HixlError, ConnectionError):
+    """HIXL_ERR_NOT_CONNECTED: no live connection to that engine (the engine API raises it as
+    hixl.NotConnectedError, a subclass, with the engine's status number as ``code``)."""
+
+
+# code -> the exception class error_for() raises for it.
+CLASSES = {
     ERR_INVALID_ARG: InvalidArgumentError,
     ERR_NOT_INITIALIZED: NotInitializedError,
     ERR_NOT_REGISTERED: NotRegisteredError,
@@ -127,11 +148,12 @@ _CLASSES = {
     ERR_BOOTSTRAP: BootstrapError,
     ERR_INTERNAL: InternalError,
     ERR_QUEUE_FULL: QueueFullError,
+    ERR_NOT_CONNECTED: HixlNotConnectedError,
 }
 
 
 # Shown as hixl.NotRegisteredError (etc.) in tracebacks.
-for _cls in (HixlError, *_CLASSES.values()):
+for _cls in (HixlError, *CLASSES.values()):
     _cls.__module__ = "hixl"
 del _cls
 
@@ -150,7 +172,8 @@ ENGINE_UNSUPPORTED = 103905
 ENGINE_RESOURCE_EXHAUSTED = 203900
 ENGINE_FAILED = 503900
 
-_ENGINE_NAMES = {
+# engine status -> its name in engine.hpp (hixl::EngineStatusName).
+ENGINE_NAMES = {
     ENGINE_SUCCESS: "SUCCESS",
     ENGINE_PARAM_INVALID: "PARAM_INVALID",
     ENGINE_TIMEOUT: "TIMEOUT",
@@ -172,7 +195,7 @@ class EngineError(HixlError):
 
     @property
     def name(self):
-        return _ENGINE_NAMES.get(self.code, "UNKNOWN")
+        return ENGINE_NAMES.get(self.code, "UNKNOWN")
 
 
 class ParamInvalidError(EngineError, ValueError):
@@ -187,8 +210,9 @@ class EngineTimeoutError(EngineError, TimeoutError):
     """TIMEOUT: the call's timeout passed (nobody answered, or the transfer was too slow)."""
 
 
-class NotConnectedError(EngineError, ConnectionError):
-    """NOT_CONNECTED: no connection to that engine, or it went away."""
+class NotConnectedError(EngineError, HixlNotConnectedError):
+    """NOT_CONNECTED: no connection to that engine, or it went away (also a HixlNotConnectedError,
+    hence a ConnectionError)."""
 
 
 class AlreadyConnectedError(EngineError):
@@ -207,7 +231,8 @@ class EngineFailedError(EngineError, RuntimeError):
     """FAILED: the call failed (a peer died, a call after finalize(), ...)."""
 
 
-_ENGINE_CLASSES = {
+# engine status -> the exception class engine_error_for() raises for it.
+ENGINE_CLASSES = {
     ENGINE_PARAM_INVALID: ParamInvalidError,
     ENGINE_TIMEOUT: EngineTimeoutError,
     ENGINE_NOT_CONNECTED: NotConnectedError,
@@ -217,7 +242,7 @@ _ENGINE_CLASSES = {
     ENGINE_FAILED: EngineFailedError,
 }
 
-for _cls in (EngineError, RemoteNotRegisteredError, *_ENGINE_CLASSES.values()):
+for _cls in (EngineError, RemoteNotRegisteredError, *ENGINE_CLASSES.values()):
     _cls.__module__ = "hixl"
 del _cls
 
@@ -226,19 +251,19 @@ def engine_error_for(status, message):
     """The exception object for an engine status (used by the native module)."""
     if status == ENGINE_PARAM_INVALID and "Remote memory not registered" in message:
         return RemoteNotRegisteredError(status, message)
-    return _ENGINE_CLASSES.get(status, EngineError)(status, message)
+    return ENGINE_CLASSES.get(status, EngineError)(status, message)
 
 
 def error_for(code, message):
     """The exception object for an error code (used by the native module)."""
-    return _CLASSES.get(code, HixlError)(code, message)
+    return CLASSES.get(code, HixlError)(code, message)
 
 
 __all__ = [
     "HixlError", "InvalidArgumentError", "NotInitializedError", "NotRegisteredError",
     "InvalidRankError", "HixlTimeoutError", "PeerFailedError", "NoMemoryError",
     "TransportError", "UnsupportedError", "AlreadyInitializedError", "BootstrapError",
-    "InternalError", "QueueFullError",
+    "InternalError", "QueueFullError", "HixlNotConnectedError",
     "EngineError", "ParamInvalidError", "RemoteNotRegisteredError", "EngineTimeoutError", "NotConnectedError",
     "AlreadyConnectedError", "EngineUnsupportedError", "ResourceExhaustedError", "EngineFailedError",
 ]
