@@ -32,11 +32,17 @@ uint64_t ApplyAtomic(uint64_t* word, AtomicOp op, uint64_t operand, uint64_t com
 // Wakes threads sleeping in hixl_wait_until on word (any process that maps it).
 void WakeWaiters(const uint64_t* word);
 
+// What a transport can do, as data: the core picks a transport per peer by
+// these (and CanReach), never by name, and tests skip only what a transport
+// says it lacks.  Each transport states every field; the defaults are the
+// least a transport may do.
 struct Capabilities {
-  bool host_memory = true;
-  bool device_memory = false;
-  bool remote_hosts = false;  // can reach peers on other machines
-  bool atomics = false;
+  bool host_memory = true;     // moves MemKind::kHost regions
+  bool device_memory = false;  // moves MemKind::kDevice regions
+  bool remote_hosts = false;   // reaches peers on other machines (false: same host only)
+  bool loopback = false;       // Connect/Put/Get to its own process (peer == Host::rank()) work
+  bool atomics = false;        // Atomic() is implemented (not kUnsupported)
+  bool batch = false;          // Batch() moves many pieces with fewer calls than Put/Get one by one
 };
 
 // A region of this process, as handed to RegisterRegion.

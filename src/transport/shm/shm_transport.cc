@@ -273,7 +273,7 @@ class ShmTransport final : public Transport {
   }
 
   std::string_view name() const override { return "shm"; }
-  const Capabilities& caps() const override { return caps_; }
+  const Capabilities& caps() const override { return kCaps; }
 
   std::string LocalAddress() const override {
     net::Writer w;
@@ -304,6 +304,9 @@ class ShmTransport final : public Transport {
   }
 
   Result<std::string> RegisterRegion(const LocalRegion& region) override {
+    if (region.kind != MemKind::kHost) {
+      return Err(Errc::kUnsupported, "shm: this transport moves host memory only");
+    }
     if (region.backing_fd < 0) {
       if (options_.shm_thp) AdviseHugePages(region.base, region.len);
       return std::string();
@@ -871,7 +874,15 @@ class ShmTransport final : public Transport {
 
   Host* const host_;
   const Options options_;
-  Capabilities caps_{};
+  // Atomics: on mapped (heap) words and on this process's own memory the
+  // origin applies them; elsewhere the target's progress thread does, through
+  // the relay.  Batch: cross-memory attach moves up to 64 pieces per call.
+  static constexpr Capabilities kCaps{.host_memory = true,
+                                      .device_memory = false,
+                                      .remote_hosts = false,
+                                      .loopback = true,
+                                      .atomics = true,
+                                      .batch = true};
   std::string host_id_;
   std::string sock_name_;
   Fd listener_, wake_, doorbell_;

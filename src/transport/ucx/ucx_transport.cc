@@ -226,12 +226,7 @@ void OnEndpointError(void* arg, ucp_ep_h, ucs_status_t status) {
 
 class UcxTransport final : public Transport {
  public:
-  UcxTransport(Host* host, const Options& options) : host_(host), options_(options) {
-    caps_.host_memory = true;
-    caps_.device_memory = false;
-    caps_.remote_hosts = true;
-    caps_.atomics = true;
-  }
+  UcxTransport(Host* host, const Options& options) : host_(host), options_(options) {}
 
   ~UcxTransport() override {
     Shutdown();
@@ -350,7 +345,7 @@ class UcxTransport final : public Transport {
   }
 
   std::string_view name() const override { return "ucx"; }
-  const Capabilities& caps() const override { return caps_; }
+  const Capabilities& caps() const override { return kCaps; }
 
   std::string LocalAddress() const override {
     net::Writer w;
@@ -734,7 +729,17 @@ class UcxTransport final : public Transport {
 
   Host* const host_;
   const Options options_;
-  Capabilities caps_{};
+  // Device memory: RegisterRegion maps host memory only (UCS_MEMORY_TYPE_HOST).
+  // Loopback: the endpoint to this process itself uses UCX's `self`
+  // transport.  Atomics: the context asks for UCP_FEATURE_AMO64 and UCX
+  // emulates them where the network has none.  Batch: no native batch; the
+  // interface's default starts one put or get per piece.
+  static constexpr Capabilities kCaps{.host_memory = true,
+                                      .device_memory = false,
+                                      .remote_hosts = true,
+                                      .loopback = true,
+                                      .atomics = true,
+                                      .batch = false};
   std::shared_ptr<Worker> w_;
   std::string worker_address_;
   std::string host_name_;
