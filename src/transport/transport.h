@@ -109,8 +109,13 @@ class Transport {
   // returned by Flush, naming the peer.
   virtual Status Put(int peer, const RemoteKey& key, const void* src, uint64_t dst, size_t n) = 0;
   virtual Status Get(int peer, const RemoteKey& key, uint64_t src, void* dst, size_t n) = 0;
-  // Completes every transfer started so far, by any thread.
+  // Completes every transfer started so far, by any thread, to every peer.
   virtual Status Flush() = 0;
+  // Completes every transfer to or from `peer` started so far, by any
+  // thread; transfers to other peers may stay in flight.  Errors found are
+  // returned naming the peer.  A peer that is not connected has nothing in
+  // flight: Ok.
+  virtual Status Flush(int peer) = 0;
 
   // One block of a batch: n bytes between local memory and the peer's
   // address `remote`, checked to lie in key's region.
@@ -141,6 +146,17 @@ class Transport {
     (void)key, (void)op, (void)addr, (void)operand, (void)compare, (void)old;
     return Err(Errc::kUnsupported, "the {} transport has no remote atomics (rank {})", name(), peer);
   }
+
+  // Releases everything the transport holds for `peer` (connections,
+  // mappings of its memory, relay channels, endpoints), waiting at most
+  // Host::timeout_ms() for transfers still in flight to it; errors they
+  // meet are dropped (Flush(peer) first to see them).  Afterwards every
+  // Put, Get, Batch, Atomic or UnpackKey for the peer, including with keys
+  // unpacked before, fails with kNotConnected until Connect(peer) is called
+  // again; keys unpacked before stay unusable even then.  Such a key still
+  // owns the little it needs to be destroyed safely, at any time.  A peer
+  // that is not connected: nothing happens.
+  virtual void Disconnect(int peer) = 0;
 
   // Stops background work; called once before destruction.
   virtual void Shutdown() = 0;

@@ -237,12 +237,42 @@ Result<Mapping> MapShared(int fd, size_t n) {
   return Mapping(p, n);
 }
 
-// ------------------------------------------------------------------ keys
+// ------------------------------------------------------------ peers, keys
+
+// What the transport holds for one connected peer.  Keys unpacked for the
+// peer share it, so a key never outlives what it points to; Disconnect
+// releases its resources and marks it closed, after which calls with its
+// keys fail.
+struct Peer {
+  int rank = -1;
+  bool self = false;
+  int32_t pid = 0;
+  std::string sock_name;
+  std::atomic<bool> use_cma{true};
+  std::atomic<bool> closed{false};  // set by Disconnect
+  // The request connection to the peer's thread (segments, relay set-up).
+  std::mutex conn_mu;
+  Fd conn;
+  std::map<uint32_t, std::shared_ptr<Mapping>> segments;  // guarded by conn_mu
+  // The relay channel, made on first need.
+  std::mutex relay_mu;
+  std::atomic<bool> relay_open{false};
+  Mapping channel;
+  Fd doorbell;
+  uint32_t next_slot = 0;  // the slot the next request goes to
+  Status relay_error;      // the first failure reported by the target
+};
+
+Status NotConnected(const Peer& p) {
+  return Err(Errc::kNotConnected, "shm: rank {} has been disconnected (Connect it again, then unpack its keys again)",
+             p.rank);
+}
 
 struct ShmKey final : RemoteKey {
   uint64_t base = 0;
-  uint8_t* mapped = nullptr;  // the region in this process, for heap regions
-  void* peer = nullptr;       // the transport's Peer, so the hot path takes no lock
+  uint8_t* mapped = nullptr;         // the region in this process, for heap regions
+  std::shared_ptr<Mapping> segment;  // keeps `mapped` valid, even after Disconnect
+  std::shared_ptr<Peer> peer;        // so the hot path takes no lock
 };
 
 // -------------------------------------------------------- the transport
@@ -289,7 +319,7 @@ class ShmTransport final : public Transport {
 
   Status Connect(int peer, std::string_view address) override {
     net::Reader r(address);
-    auto p = std::make_unique<Peer>();
+    auto p = std::make_shared<Peer>();
     std::string id;
     if (!r.GetBytes(&id) || !r.Get(&p->pid) || !r.GetBytes(&p->sock_name)) {
       return Err(Errc::kTransport, "shm: malformed address from rank {}", peer);
@@ -326,11 +356,11 @@ class ShmTransport final : public Transport {
 
   void DeregisterRegion(const LocalRegion&) override {}
 
-  Result<std::shared_ptr<RemoteKey>> UnpackKey(int peer, uint64_t base, uint64_t,
+  Result<std::shared_ptr<RemoteKey>> UnpackKey(int peer, uint64_t base, uint64_t len,
                                                std::string_view key_blob) override {
     auto key = std::make_shared<ShmKey>();
     key->base = base;
-    HIXL_ASSIGN_OR_RETURN(Peer * p, GetPeer(peer));
+    HIXL_ASSIGN_OR_RETURN(std::shared_ptr<Peer> p, GetPeer(peer));
     key->peer = p;
     if (key_blob.empty()) return std::shared_ptr<RemoteKey>(key);
     net::Reader r(key_blob);
@@ -339,22 +369,27 @@ class ShmTransport final : public Transport {
     if (!r.Get(&seg) || !r.Get(&off) || !r.Get(&size)) {
       return Err(Errc::kTransport, "shm: malformed key from rank {}", peer);
     }
+    if (off > size || len > size - off) {
+      // An untrusted blob: the region must lie inside the segment it names.
+      return Err(Errc::kTransport, "shm: the key of rank {} for [{:#x}, +{}) does not fit its segment", peer, base, len);
+    }
     if (p->self) {
       key->mapped = reinterpret_cast<uint8_t*>(base);
     } else {
-      HIXL_ASSIGN_OR_RETURN(uint8_t * seg_base, MapPeerSegment(p, seg, size));
-      key->mapped = seg_base + off;
+      HIXL_ASSIGN_OR_RETURN(key->segment, MapPeerSegment(p.get(), seg, size));
+      key->mapped = static_cast<uint8_t*>(key->segment->get()) + off;
     }
     return std::shared_ptr<RemoteKey>(key);
   }
 
   Status Put(int, const RemoteKey& k, const void* src, uint64_t dst, size_t n) override {
     const auto& key = static_cast<const ShmKey&>(k);
+    Peer* p = key.peer.get();
+    if (p->closed.load(std::memory_order_acquire)) return NotConnected(*p);
     if (key.mapped) {
       std::memcpy(key.mapped + (dst - key.base), src, n);
       return Status::Ok();
     }
-    auto* p = static_cast<Peer*>(key.peer);
     if (p->self) {
       std::memmove(reinterpret_cast<void*>(dst), src, n);
       return Status::Ok();
@@ -368,11 +403,12 @@ class ShmTransport final : public Transport {
 
   Status Get(int, const RemoteKey& k, uint64_t src, void* dst, size_t n) override {
     const auto& key = static_cast<const ShmKey&>(k);
+    Peer* p = key.peer.get();
+    if (p->closed.load(std::memory_order_acquire)) return NotConnected(*p);
     if (key.mapped) {
       std::memcpy(dst, key.mapped + (src - key.base), n);
       return Status::Ok();
     }
-    auto* p = static_cast<Peer*>(key.peer);
     if (p->self) {
       std::memmove(dst, reinterpret_cast<const void*>(src), n);
       return Status::Ok();
@@ -406,7 +442,11 @@ class ShmTransport final : public Transport {
     for (size_t i = 0; i < count; ++i) {
       const Piece& b = pieces[i];
       const auto& key = static_cast<const ShmKey&>(*b.key);
-      auto* p = static_cast<Peer*>(key.peer);
+      Peer* p = key.peer.get();
+      if (p->closed.load(std::memory_order_acquire)) {
+        HIXL_RETURN_IF_ERROR(flush());
+        return NotConnected(*p);
+      }
       if (!key.mapped && !p->self && p->use_cma.load(std::memory_order_relaxed)) {
         if (cma_peer != p) HIXL_RETURN_IF_ERROR(flush());
         cma_peer = p;
@@ -427,26 +467,67 @@ class ShmTransport final : public Transport {
     // by a thread whose puts this fence must complete was counted before
     // those puts were posted, so the count is seen here.
     if (relay_channels_.load(std::memory_order_acquire) == 0) return Status::Ok();
-    std::vector<Peer*> relayed;
+    std::vector<std::shared_ptr<Peer>> relayed;
     {
       std::lock_guard lock(peers_mu_);
       for (auto& p : peers_) {
-        if (p && p->relay_open.load(std::memory_order_acquire)) relayed.push_back(p.get());
+        if (p && p->relay_open.load(std::memory_order_acquire)) relayed.push_back(p);
       }
     }
     Status first;
-    for (Peer* p : relayed) {
+    for (auto& p : relayed) {
       std::lock_guard lock(p->relay_mu);
-      Status s = DrainRelay(p);
+      Status s = DrainRelay(p.get());
       if (first.ok() && !s.ok()) first = s;
     }
     return first;
   }
 
+  Status Flush(int peer) override {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    std::shared_ptr<Peer> p = FindPeer(peer);
+    // Only relayed transfers can be outstanding (see Flush()).
+    if (!p || !p->relay_open.load(std::memory_order_acquire)) return Status::Ok();
+    std::lock_guard lock(p->relay_mu);
+    return DrainRelay(p.get());
+  }
+
+  void Disconnect(int peer) override {
+    std::shared_ptr<Peer> p;
+    {
+      std::lock_guard lock(peers_mu_);
+      if (peer >= 0 && static_cast<size_t>(peer) < peers_.size()) p = std::move(peers_[static_cast<size_t>(peer)]);
+    }
+    if (!p) return;
+    // From here every new call with the peer's keys fails; a call already
+    // past that check finishes first where it holds a lock taken below.
+    p->closed.store(true, std::memory_order_release);
+    {
+      std::lock_guard lock(p->relay_mu);
+      if (p->relay_open.load(std::memory_order_relaxed)) {
+        // Relayed puts in flight land (or time out) before the channel goes;
+        // the target unmaps its side when the connection below closes.
+        Status s = DrainRelay(p.get());
+        if (!s.ok()) HIXL_LOG_INFO("shm: disconnecting from rank {}: {}", p->rank, s.message());
+        p->relay_open.store(false, std::memory_order_relaxed);
+        p->channel.Reset();
+        p->doorbell.Reset();
+        relay_channels_.fetch_sub(1, std::memory_order_acq_rel);
+      }
+    }
+    std::lock_guard lock(p->conn_mu);
+    p->conn.Reset();
+    // A segment stays mapped while a key unpacked before still points into
+    // it (so a call racing with this one never touches unmapped memory); it
+    // is unmapped when the last such key goes.
+    p->segments.clear();
+  }
+
   Status Atomic(int, const RemoteKey& k, AtomicOp op, uint64_t addr, uint64_t operand, uint64_t compare,
                 uint64_t* old) override {
     const auto& key = static_cast<const ShmKey&>(k);
-    auto* p = static_cast<Peer*>(key.peer);
+    Peer* p = key.peer.get();
+    if (p->closed.load(std::memory_order_acquire)) return NotConnected(*p);
     uint64_t* word = nullptr;
     if (key.mapped) {
       word = reinterpret_cast<uint64_t*>(key.mapped + (addr - key.base));
@@ -477,35 +558,23 @@ class ShmTransport final : public Transport {
   }
 
  private:
-  struct Peer {
-    int rank = -1;
-    bool self = false;
-    int32_t pid = 0;
-    std::string sock_name;
-    std::atomic<bool> use_cma{true};
-    // The request connection to the peer's thread (segments, relay set-up).
-    std::mutex conn_mu;
-    Fd conn;
-    std::map<uint32_t, Mapping> segments;  // guarded by conn_mu
-    // The relay channel, made on first need.
-    std::mutex relay_mu;
-    std::atomic<bool> relay_open{false};
-    Mapping channel;
-    Fd doorbell;
-    uint32_t next_slot = 0;  // the slot the next request goes to
-    Status relay_error;      // the first failure reported by the target
-  };
 
-  Result<Peer*> GetPeer(int peer) {
+  // The peer connected as `peer`, or null.
+  std::shared_ptr<Peer> FindPeer(int peer) {
     std::lock_guard lock(peers_mu_);
-    if (peer < 0 || static_cast<size_t>(peer) >= peers_.size() || !peers_[static_cast<size_t>(peer)]) {
-      return Err(Errc::kInternal, "shm: rank {} is not connected", peer);
-    }
-    return peers_[static_cast<size_t>(peer)].get();
+    if (peer < 0 || static_cast<size_t>(peer) >= peers_.size()) return nullptr;
+    return peers_[static_cast<size_t>(peer)];
+  }
+
+  Result<std::shared_ptr<Peer>> GetPeer(int peer) {
+    std::shared_ptr<Peer> p = FindPeer(peer);
+    if (!p) return Err(Errc::kNotConnected, "shm: rank {} is not connected", peer);
+    return p;
   }
 
   // One request/response with the peer's thread; conn_mu is held.
   Status Request(Peer* p, const Msg& m, int fd_to_pass, Msg* reply, Fd* reply_fd) {
+    if (p->closed.load(std::memory_order_acquire)) return NotConnected(*p);
     Deadline deadline = net::DeadlineIn(host_->timeout_ms());
     if (!p->conn.valid()) {
       Fd s(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
@@ -529,10 +598,10 @@ class ShmTransport final : public Transport {
     return Status::Ok();
   }
 
-  Result<uint8_t*> MapPeerSegment(Peer* p, uint32_t seg, uint64_t size) {
+  Result<std::shared_ptr<Mapping>> MapPeerSegment(Peer* p, uint32_t seg, uint64_t size) {
     std::lock_guard lock(p->conn_mu);
     auto it = p->segments.find(seg);
-    if (it != p->segments.end()) return static_cast<uint8_t*>(it->second.get());
+    if (it != p->segments.end()) return it->second;
     Msg m, reply;
     m.type = kGetSegment;
     m.a = seg;
@@ -540,9 +609,9 @@ class ShmTransport final : public Transport {
     HIXL_RETURN_IF_ERROR(Request(p, m, -1, &reply, &fd));
     if (!fd.valid()) return Err(Errc::kTransport, "shm: rank {} sent no fd for heap segment {}", p->rank, seg);
     HIXL_ASSIGN_OR_RETURN(Mapping map, MapShared(fd.get(), size));
-    auto* base = static_cast<uint8_t*>(map.get());
-    p->segments.emplace(seg, std::move(map));
-    return base;
+    auto mapping = std::make_shared<Mapping>(std::move(map));
+    p->segments.emplace(seg, mapping);
+    return mapping;
   }
 
   // Cross-memory attach.  kUnsupported means "use the relay instead".
@@ -598,6 +667,7 @@ class ShmTransport final : public Transport {
   // --- relay, origin side (relay_mu held unless noted)
 
   Status OpenRelay(Peer* p) {
+    if (p->closed.load(std::memory_order_acquire)) return NotConnected(*p);
     if (p->relay_open.load(std::memory_order_relaxed)) return Status::Ok();
     Fd mem(::memfd_create("hixl-relay", MFD_CLOEXEC));
     if (!mem.valid() || ::ftruncate(mem.get(), static_cast<off_t>(kChannelBytes)) != 0) {
@@ -889,8 +959,8 @@ class ShmTransport final : public Transport {
   std::thread thread_;
 
   std::mutex peers_mu_;
-  std::vector<std::unique_ptr<Peer>> peers_;
-  std::atomic<int> relay_channels_{0};  // relay channels opened (they stay open)
+  std::vector<std::shared_ptr<Peer>> peers_;  // by rank; null when not connected
+  std::atomic<int> relay_channels_{0};        // relay channels open (until Disconnect)
 
   std::mutex segments_mu_;
   std::map<uint32_t, std::pair<Fd, uint64_t>> segments_;  // id -> (memfd, size)

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -96,6 +97,8 @@ struct Worker {
   std::atomic<bool> completed{false};
 };
 
+struct UcxKey;
+
 // One peer: its published address and, once needed, the endpoint to it.
 struct Peer {
   Peer(std::shared_ptr<Worker> w, int rank, std::string host, std::string address)
@@ -147,6 +150,8 @@ struct Peer {
 
   // Guarded by w->mu.
   ucp_ep_h ep = nullptr;
+  bool closed = false;             // Disconnect ran: every call with its keys fails
+  std::set<UcxKey*> keys;          // the keys unpacked with ep that still hold an rkey
   uint64_t outstanding = 0;        // put/get requests started and not yet completed
   uint64_t flushing = 0;           // endpoint flushes started and not yet completed
   bool dirty = false;              // operations started since the last flush
@@ -156,16 +161,21 @@ struct Peer {
 };
 
 struct UcxKey final : RemoteKey {
-  UcxKey(std::shared_ptr<Peer> peer, ucp_rkey_h rkey) : peer(std::move(peer)), rkey(rkey) {}
+  // w->mu held.
+  UcxKey(std::shared_ptr<Peer> peer, ucp_rkey_h rkey) : peer(std::move(peer)), rkey(rkey) {
+    this->peer->keys.insert(this);
+  }
   UcxKey(const UcxKey&) = delete;
   UcxKey& operator=(const UcxKey&) = delete;
-  // The rkey goes before the endpoint (and the worker) that `peer` keeps alive.
+  // The rkey goes before the endpoint (and the worker) that `peer` keeps
+  // alive; Disconnect may have destroyed it already, with the endpoint.
   ~UcxKey() override {
     std::lock_guard lock(peer->w->mu);
-    ucp_rkey_destroy(rkey);
+    if (rkey) ucp_rkey_destroy(rkey);
+    peer->keys.erase(this);
   }
   const std::shared_ptr<Peer> peer;
-  const ucp_rkey_h rkey;
+  ucp_rkey_h rkey;  // guarded by peer->w->mu; null once Disconnect destroyed it
 };
 
 // Completion of a put or get that did not complete at once (worker mutex held).
@@ -230,12 +240,13 @@ class UcxTransport final : public Transport {
 
   ~UcxTransport() override {
     Shutdown();
-    std::vector<std::shared_ptr<Peer>> peers, dirty;
+    std::vector<std::shared_ptr<Peer>> peers, dirty, retired;
     std::multimap<uint64_t, Mapped> mapped;
     {
       std::lock_guard lock(w_->mu);
       peers.swap(peers_);
       dirty.swap(dirty_);
+      retired.swap(retired_);
       mapped.swap(mapped_);
       for (auto& [base, m] : mapped) ucp_mem_unmap(w_->context, m.memh);
     }
@@ -463,50 +474,72 @@ class UcxTransport final : public Transport {
     // flushes what was started meanwhile, so neither returns early.
     std::lock_guard flush_lock(flush_mu_);
     const Deadline deadline = net::DeadlineIn(host_->timeout_ms());
-    Status first;
-    auto note = [&first](Status s) {
-      if (first.ok() && !s.ok()) first = std::move(s);
-    };
     std::unique_lock lock(w_->mu);
-    // Every peer used since the last flush gets an endpoint flush; it
-    // completes (OnFlushDone) once everything started on the endpoint before
-    // it has completed, at the target as well.
+    // Every peer used since the last flush gets an endpoint flush.
     std::vector<std::shared_ptr<Peer>> peers;
     peers.swap(dirty_);
-    if (peers.empty()) return first;  // nothing went through UCX since the last flush
-    for (auto& p : peers) {
-      p->dirty = false;
-      if (!p->ep || p->ep_error.load() != UCS_OK) continue;
+    return FlushPeers(lock, std::move(peers), deadline);
+  }
+
+  Status Flush(int peer) override {
+    std::lock_guard flush_lock(flush_mu_);  // as in Flush()
+    const Deadline deadline = net::DeadlineIn(host_->timeout_ms());
+    std::unique_lock lock(w_->mu);
+    std::shared_ptr<Peer> p = FindPeerLocked(peer);
+    if (!p || !p->dirty) return Status::Ok();  // nothing went to it through UCX since the last flush
+    std::erase(dirty_, p);
+    return FlushPeers(lock, {std::move(p)}, deadline);
+  }
+
+  void Disconnect(int peer) override {
+    // No flush runs meanwhile (one may hold the peer, and would put it back
+    // on dirty_ if it timed out).
+    std::lock_guard flush_lock(flush_mu_);
+    std::shared_ptr<Peer> p;  // released after the lock below: ~Peer takes it
+    const Deadline deadline = net::DeadlineIn(host_->timeout_ms());
+    std::unique_lock lock(w_->mu);
+    p = FindPeerLocked(peer);
+    if (!p) return;
+    peers_[static_cast<size_t>(peer)].reset();
+    std::erase(dirty_, p);
+    p->dirty = false;
+    p->closed = true;  // from here every call with its keys fails (under w_->mu)
+    if (p->ep) {
+      // Transfers in flight complete first (bounded), then the rkeys go
+      // before their endpoint, as UCX requires; on a timeout or a failed
+      // endpoint the forced close cancels what is left first.
+      bool flushed = false;
+      if (p->ep_error.load() == UCS_OK) {
+        ucp_request_param_t param{};
+        param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+        param.cb.send = OnFlushDone;
+        param.user_data = p.get();
+        ucs_status_ptr_t r = ucp_ep_flush_nbx(p->ep, &param);
+        if (UCS_PTR_IS_PTR(r)) ++p->flushing;
+        flushed = !UCS_PTR_IS_ERR(r) && ProgressUntil(lock, deadline, [&] {
+          return (p->flushing == 0 && p->outstanding == 0) || p->ep_error.load() != UCS_OK;
+        });
+        flushed = flushed && p->ep_error.load() == UCS_OK && p->op_error == UCS_OK;
+      }
+      if (flushed) DestroyKeys(p.get());
       ucp_request_param_t param{};
-      param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-      param.cb.send = OnFlushDone;
-      param.user_data = p.get();
-      ucs_status_ptr_t r = ucp_ep_flush_nbx(p->ep, &param);
-      if (UCS_PTR_IS_ERR(r)) {
-        note(Failure(p.get(), UCS_PTR_STATUS(r), "flush"));
-      } else if (r != nullptr) {
-        ++p->flushing;
+      param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+      param.flags = UCP_EP_CLOSE_FLAG_FORCE;  // local only: never waits for the peer
+      ucs_status_ptr_t req = ucp_ep_close_nbx(p->ep, &param);
+      if (UCS_PTR_IS_PTR(req)) {
+        // A forced close completes locally; the bound is a safety net only.
+        ProgressUntil(lock, net::DeadlineIn(5000), [&] { return ucp_request_check_status(req) != UCS_INPROGRESS; });
+        ucp_request_free(req);
       }
-    }
-    auto busy = [](const Peer& p) { return p.flushing > 0 || p.outstanding > 0; };
-    ProgressUntil(lock, deadline,
-                  [&] { return std::none_of(peers.begin(), peers.end(), [&](const auto& p) { return busy(*p); }); });
-    for (auto& p : peers) {
-      if (busy(*p)) {
-        // Left to UCX; a later flush waits for this peer again.
-        MarkDirty(p);
-        if (p->ep_error.load() == UCS_OK) {
-          note(Err(Errc::kTimeout, "ucx: transfers to {} did not complete within HIXL_TIMEOUT_MS={}", p->Name(),
-                   host_->timeout_ms()));
-        }
+      p->ep = nullptr;
+      if (!flushed) DestroyKeys(p.get());
+      if (p->outstanding > 0 || p->flushing > 0) {
+        // UCX still owes completions that name the Peer: keep it for them.
+        retired_.push_back(p);
       }
-      if (p->ep_error.load() != UCS_OK) note(Failure(p.get(), p->ep_error.load(), "connection"));
-      if (p->op_error != UCS_OK) note(Failure(p.get(), std::exchange(p->op_error, UCS_OK), "transfer"));
     }
     lock.unlock();
-    // We may have consumed events the progress thread was waiting for.
-    Kick();
-    return first;
+    Kick();  // our progress calls may have taken events the progress thread waited for
   }
 
   Status Atomic(int peer, const RemoteKey& key, AtomicOp op, uint64_t addr, uint64_t operand, uint64_t compare,
@@ -580,6 +613,61 @@ class UcxTransport final : public Transport {
     ucp_mem_h memh = nullptr;
   };
 
+  // Flushes the endpoints of `peers` (taken off dirty_) and waits for them
+  // and for their transfers until the deadline; unlocks `lock` (w_->mu).
+  Status FlushPeers(std::unique_lock<std::mutex>& lock, std::vector<std::shared_ptr<Peer>> peers, Deadline deadline) {
+    Status first;
+    auto note = [&first](Status s) {
+      if (first.ok() && !s.ok()) first = std::move(s);
+    };
+    if (peers.empty()) return first;  // nothing went through UCX since the last flush
+    // An endpoint flush completes (OnFlushDone) once everything started on
+    // the endpoint before it has completed, at the target as well.
+    for (auto& p : peers) {
+      p->dirty = false;
+      if (!p->ep || p->ep_error.load() != UCS_OK) continue;
+      ucp_request_param_t param{};
+      param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+      param.cb.send = OnFlushDone;
+      param.user_data = p.get();
+      ucs_status_ptr_t r = ucp_ep_flush_nbx(p->ep, &param);
+      if (UCS_PTR_IS_ERR(r)) {
+        note(Failure(p.get(), UCS_PTR_STATUS(r), "flush"));
+      } else if (r != nullptr) {
+        ++p->flushing;
+      }
+    }
+    auto busy = [](const Peer& p) { return p.flushing > 0 || p.outstanding > 0; };
+    ProgressUntil(lock, deadline,
+                  [&] { return std::none_of(peers.begin(), peers.end(), [&](const auto& p) { return busy(*p); }); });
+    for (auto& p : peers) {
+      if (busy(*p)) {
+        // Left to UCX; a later flush waits for this peer again.
+        MarkDirty(p);
+        if (p->ep_error.load() == UCS_OK) {
+          note(Err(Errc::kTimeout, "ucx: transfers to {} did not complete within HIXL_TIMEOUT_MS={}", p->Name(),
+                   host_->timeout_ms()));
+        }
+      }
+      if (p->ep_error.load() != UCS_OK) note(Failure(p.get(), p->ep_error.load(), "connection"));
+      if (p->op_error != UCS_OK) note(Failure(p.get(), std::exchange(p->op_error, UCS_OK), "transfer"));
+    }
+    lock.unlock();
+    // We may have consumed events the progress thread was waiting for.
+    Kick();
+    return first;
+  }
+
+  // Destroys the rkeys of every key unpacked for p (w_->mu held); the keys
+  // stay, unusable (p->closed).
+  static void DestroyKeys(Peer* p) {
+    for (UcxKey* k : p->keys) {
+      ucp_rkey_destroy(k->rkey);
+      k->rkey = nullptr;
+    }
+    p->keys.clear();
+  }
+
   static bool Parse(std::string_view address, std::string* host, std::string* worker_address) {
     net::Reader r(address);
     std::string magic;
@@ -587,12 +675,17 @@ class UcxTransport final : public Transport {
            !worker_address->empty() && r.empty();
   }
 
+  // The peer connected as `peer`, or null; w_->mu held.
+  std::shared_ptr<Peer> FindPeerLocked(int peer) {
+    if (peer < 0 || static_cast<size_t>(peer) >= peers_.size()) return nullptr;
+    return peers_[static_cast<size_t>(peer)];
+  }
+
   // w_->mu held.
   Result<std::shared_ptr<Peer>> PeerLocked(int peer) {
-    if (peer < 0 || static_cast<size_t>(peer) >= peers_.size() || !peers_[static_cast<size_t>(peer)]) {
-      return Err(Errc::kInternal, "ucx: rank {} is not connected", peer);
-    }
-    return peers_[static_cast<size_t>(peer)];
+    std::shared_ptr<Peer> p = FindPeerLocked(peer);
+    if (!p) return Err(Errc::kNotConnected, "ucx: rank {} is not connected", peer);
+    return p;
   }
 
   // w_->mu held.
@@ -622,6 +715,10 @@ class UcxTransport final : public Transport {
 
   // An endpoint that failed stays failed: the peer is gone.  w_->mu held.
   Status Usable(Peer* p) {
+    if (p->closed) {
+      return Err(Errc::kNotConnected, "ucx: {} has been disconnected (Connect it again, then unpack its keys again)",
+                 p->Name());
+    }
     ucs_status_t e = p->ep_error.load();
     if (e == UCS_OK) return Status::Ok();
     return Failure(p, e, "connection");
@@ -755,6 +852,7 @@ class UcxTransport final : public Transport {
   // so no Peer (whose destructor takes w_->mu) is ever destroyed under it.
   std::vector<std::shared_ptr<Peer>> peers_;  // by rank
   std::vector<std::shared_ptr<Peer>> dirty_;  // peers with operations since the last flush
+  std::vector<std::shared_ptr<Peer>> retired_;  // disconnected, with UCX completions still owed
   std::multimap<uint64_t, Mapped> mapped_;    // base -> mapping (one per registration)
 };
 
