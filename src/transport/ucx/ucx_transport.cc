@@ -522,14 +522,23 @@ class UcxTransport final : public Transport {
         flushed = flushed && p->ep_error.load() == UCS_OK && p->op_error == UCS_OK;
       }
       if (flushed) DestroyKeys(p.get());
+      // Flushed: a graceful close, which leaves the peer's endpoint to us
+      // working (UCX pairs the two endpoints of two workers on one
+      // connection; a forced close resets it, and the peer's transfers to us
+      // would then fail).  Otherwise a forced close, local only: it never
+      // waits for a peer that may be gone and cancels what is left.
       ucp_request_param_t param{};
       param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-      param.flags = UCP_EP_CLOSE_FLAG_FORCE;  // local only: never waits for the peer
+      param.flags = flushed ? 0 : UCP_EP_CLOSE_FLAG_FORCE;
       ucs_status_ptr_t req = ucp_ep_close_nbx(p->ep, &param);
       if (UCS_PTR_IS_PTR(req)) {
-        // A forced close completes locally; the bound is a safety net only.
-        ProgressUntil(lock, net::DeadlineIn(5000), [&] { return ucp_request_check_status(req) != UCS_INPROGRESS; });
-        ucp_request_free(req);
+        // A forced close completes locally: its bound is a safety net only.
+        const Deadline close_deadline = flushed ? std::max(deadline, net::DeadlineIn(1000)) : net::DeadlineIn(5000);
+        if (!ProgressUntil(lock, close_deadline,
+                           [&] { return ucp_request_check_status(req) != UCS_INPROGRESS; })) {
+          HIXL_LOG_INFO("ucx: closing the endpoint to {} did not complete in time; UCX finishes it later", p->Name());
+        }
+        ucp_request_free(req);  // released by UCX once complete
       }
       p->ep = nullptr;
       if (!flushed) DestroyKeys(p.get());
