@@ -153,9 +153,11 @@ class Transport {
   // meet are dropped (Flush(peer) first to see them).  Afterwards every
   // Put, Get, Batch, Atomic or UnpackKey for the peer, including with keys
   // unpacked before, fails with kNotConnected until Connect(peer) is called
-  // again; keys unpacked before stay unusable even then.  Such a key still
-  // owns the little it needs to be destroyed safely, at any time.  A peer
-  // that is not connected: nothing happens.
+  // again; keys unpacked before stay unusable even then.  Such a key may be
+  // destroyed at any time; until then it may keep alive what it points into
+  // (shm: its mapping of the peer's heap segment, so that a call racing with
+  // Disconnect never touches unmapped memory).  A peer that is not
+  // connected: nothing happens.
   virtual void Disconnect(int peer) = 0;
 
   // Stops background work; called once before destruction.
