@@ -23,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "bootstrap/socket.h"
 #include "transport/transport.h"
 
 namespace hixl::transport {
@@ -558,6 +559,48 @@ TEST_P(TransportTest, ShutdownWithLiveKeys) {
   Unexpose(1, m);
   t_[1].reset();
   key.reset();
+}
+
+// The shm transport's key blob names a heap segment, an offset and the
+// segment's size; from a peer it is untrusted input.  A key whose region
+// does not fit the segment that is really there is refused, so a put with
+// it can never write past the mapping (or fault on it).
+TEST(ShmKeys, AKeyClaimingMoreThanItsSegmentIsRefused) {
+  TestHost h0(0), h1(1);
+  Options options;
+  options.only = "shm";
+  auto t0 = CreateTransports(&h0, options), t1 = CreateTransports(&h1, options);
+  ASSERT_TRUE(t0.ok() && t1.ok());
+  Transport& a = *t0.value()[0];
+  Transport& b = *t1.value()[0];
+  ASSERT_TRUE(a.Connect(1, b.LocalAddress()).ok());
+  Memory m(Backing::kSegment, 1 << 16, 21);
+  auto blob = b.RegisterRegion(m.region());
+  ASSERT_TRUE(blob.ok());
+  h1.Add(m.addr(), m.len());
+  auto forged = [&](uint64_t offset, uint64_t segment_size) {
+    net::Writer w;
+    w.Put<uint32_t>(m.region().segment_id).Put<uint64_t>(offset).Put<uint64_t>(segment_size);
+    return std::move(w.str());
+  };
+  const uint64_t real = m.region().segment_size;
+  // Larger than the segment: refused before anything is mapped at that size.
+  auto k = a.UnpackKey(1, m.addr(), m.len() * 16, forged(m.region().segment_offset, real * 16));
+  EXPECT_FALSE(k.ok());
+  // The region past the end of the segment it names.
+  k = a.UnpackKey(1, m.addr(), m.len(), forged(real - 8, real));
+  EXPECT_FALSE(k.ok());
+  // The genuine key works; then, with the segment mapped, a forged larger
+  // size is still refused.
+  k = a.UnpackKey(1, m.addr(), m.len(), blob.value());
+  ASSERT_TRUE(k.ok()) << k.status().message();
+  uint64_t v = 0x1234;
+  ASSERT_TRUE(a.Put(1, *k.value(), &v, m.addr() + 8, sizeof(v)).ok());
+  EXPECT_EQ(std::memcmp(m.data() + 8, &v, sizeof(v)), 0);
+  EXPECT_FALSE(a.UnpackKey(1, m.addr(), m.len() * 16, forged(m.region().segment_offset, real * 16)).ok());
+  k = Status(Errc::kInternal, "released");  // the key goes before its transport
+  a.Shutdown();
+  b.Shutdown();
 }
 
 std::vector<Config> Configs() {

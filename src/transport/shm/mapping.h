@@ -29,6 +29,7 @@ class Mapping {
   ~Mapping() { Reset(); }
   void Reset();
   void* get() const { return p_; }
+  size_t size() const { return n_; }
 
  private:
   void* p_ = nullptr;

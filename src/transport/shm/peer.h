@@ -39,7 +39,8 @@ struct Peer {
   // One request/response with the peer's progress thread, connecting first
   // if needed; conn_mu is held.  A reply's failure status becomes an error.
   Status Request(const Msg& m, int fd_to_pass, Msg* reply, net::Fd* reply_fd, int64_t timeout_ms);
-  // The peer's heap segment `seg` of `size` bytes, mapped here on first need.
+  // The peer's heap segment `seg` of (at least) `size` bytes, mapped here on
+  // first need; an error where the segment is smaller.
   Result<std::shared_ptr<Mapping>> MapSegment(uint32_t seg, uint64_t size, int64_t timeout_ms);
   // Closes the request connection and lets go of the segment mappings (a key
   // that points into one keeps it mapped until the key goes).
