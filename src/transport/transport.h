@@ -32,11 +32,17 @@ uint64_t ApplyAtomic(uint64_t* word, AtomicOp op, uint64_t operand, uint64_t com
 // Wakes threads sleeping in hixl_wait_until on word (any process that maps it).
 void WakeWaiters(const uint64_t* word);
 
+// What a transport can do, as data: the core picks a transport per peer by
+// these (and CanReach), never by name, and tests skip only what a transport
+// says it lacks.  Each transport states every field; the defaults are the
+// least a transport may do.
 struct Capabilities {
-  bool host_memory = true;
-  bool device_memory = false;
-  bool remote_hosts = false;  // can reach peers on other machines
-  bool atomics = false;
+  bool host_memory = true;     // moves MemKind::kHost regions
+  bool device_memory = false;  // moves MemKind::kDevice regions
+  bool remote_hosts = false;   // reaches peers on other machines (false: same host only)
+  bool loopback = false;       // Connect/Put/Get to its own process (peer == Host::rank()) work
+  bool atomics = false;        // Atomic() is implemented (not kUnsupported)
+  bool batch = false;          // Batch() moves many pieces with fewer calls than Put/Get one by one
 };
 
 // A region of this process, as handed to RegisterRegion.
@@ -103,8 +109,13 @@ class Transport {
   // returned by Flush, naming the peer.
   virtual Status Put(int peer, const RemoteKey& key, const void* src, uint64_t dst, size_t n) = 0;
   virtual Status Get(int peer, const RemoteKey& key, uint64_t src, void* dst, size_t n) = 0;
-  // Completes every transfer started so far, by any thread.
+  // Completes every transfer started so far, by any thread, to every peer.
   virtual Status Flush() = 0;
+  // Completes every transfer to or from `peer` started so far, by any
+  // thread; transfers to other peers may stay in flight.  Errors found are
+  // returned naming the peer.  A peer that is not connected has nothing in
+  // flight: Ok.
+  virtual Status Flush(int peer) = 0;
 
   // One block of a batch: n bytes between local memory and the peer's
   // address `remote`, checked to lie in key's region.
@@ -135,6 +146,19 @@ class Transport {
     (void)key, (void)op, (void)addr, (void)operand, (void)compare, (void)old;
     return Err(Errc::kUnsupported, "the {} transport has no remote atomics (rank {})", name(), peer);
   }
+
+  // Releases everything the transport holds for `peer` (connections,
+  // mappings of its memory, relay channels, endpoints), waiting at most
+  // Host::timeout_ms() for transfers still in flight to it; errors they
+  // meet are dropped (Flush(peer) first to see them).  Afterwards every
+  // Put, Get, Batch, Atomic or UnpackKey for the peer, including with keys
+  // unpacked before, fails with kNotConnected until Connect(peer) is called
+  // again; keys unpacked before stay unusable even then.  Such a key may be
+  // destroyed at any time; until then it may keep alive what it points into
+  // (shm: its mapping of the peer's heap segment, so that a call racing with
+  // Disconnect never touches unmapped memory).  A peer that is not
+  // connected: nothing happens.
+  virtual void Disconnect(int peer) = 0;
 
   // Stops background work; called once before destruction.
   virtual void Shutdown() = 0;

@@ -12,6 +12,11 @@
 //
 // "Same host" means the same boot, network namespace and PID namespace:
 // processes in different network namespaces count as different hosts.
+//
+// Files: shm_transport.cc (the transport and its progress thread),
+// peer.h (what is held per peer; keys), fd_channel.h (the request socket,
+// SCM_RIGHTS), mapping.h (shared mappings, huge pages), cma.h (cross-memory
+// attach), relay.h (the relay ring, both sides).
 #pragma once
 
 #include <memory>

@@ -19,6 +19,11 @@
 //   with active messages), the target must progress its worker.  A thread
 //   does that, sleeping on the worker's event fd (UCP_FEATURE_WAKEUP): it
 //   runs only when the network has something for it and never spins.
+//
+// Files: ucx_transport.cc (the transport), worker.h (context, worker,
+// progress thread and bounded waits), endpoint.h (peers and their
+// endpoints), memory.h (regions and keys), rma.h (put, get, flush),
+// atomics.h.
 #pragma once
 
 #include <memory>

@@ -1,0 +1,114 @@
+#include "transport/shm/fd_channel.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+
+namespace hixl::transport::shm {
+
+using net::Deadline;
+using net::Fd;
+
+Status SendMsg(int sock, const Msg& m, int fd_to_pass, Deadline deadline) {
+  iovec iov{const_cast<Msg*>(&m), sizeof(m)};
+  msghdr h{};
+  h.msg_iov = &iov;
+  h.msg_iovlen = 1;
+  alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(int))];
+  if (fd_to_pass >= 0) {
+    std::memset(ctrl, 0, sizeof(ctrl));
+    h.msg_control = ctrl;
+    h.msg_controllen = sizeof(ctrl);
+    cmsghdr* c = CMSG_FIRSTHDR(&h);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(c), &fd_to_pass, sizeof(int));
+  }
+  while (true) {
+    ssize_t n = ::sendmsg(sock, &h, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n == static_cast<ssize_t>(sizeof(m))) return Status::Ok();
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) {
+      pollfd p{sock, POLLOUT, 0};
+      if (::poll(&p, 1, net::MsLeft(deadline)) == 0) return Err(Errc::kTimeout, "shm socket send timed out");
+      continue;
+    }
+    return Err(Errc::kPeerFailed, "shm socket send failed: {}", n < 0 ? std::strerror(errno) : "short write");
+  }
+}
+
+Status RecvMsg(int sock, Msg* m, Fd* fd, Deadline deadline) {
+  iovec iov{m, sizeof(*m)};
+  msghdr h{};
+  h.msg_iov = &iov;
+  h.msg_iovlen = 1;
+  alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(int))];
+  h.msg_control = ctrl;
+  h.msg_controllen = sizeof(ctrl);
+  while (true) {
+    ssize_t n = ::recvmsg(sock, &h, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    if (n == 0) return Err(Errc::kPeerFailed, "shm socket closed by peer");
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) {
+      pollfd p{sock, POLLIN, 0};
+      if (::poll(&p, 1, net::MsLeft(deadline)) == 0) return Err(Errc::kTimeout, "shm socket receive timed out");
+      continue;
+    }
+    if (n != static_cast<ssize_t>(sizeof(*m))) {
+      return Err(Errc::kTransport, "shm socket receive failed: {}", n < 0 ? std::strerror(errno) : "short read");
+    }
+    break;
+  }
+  for (cmsghdr* c = CMSG_FIRSTHDR(&h); c; c = CMSG_NXTHDR(&h, c)) {
+    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+      int received = -1;
+      std::memcpy(&received, CMSG_DATA(c), sizeof(int));
+      if (fd) *fd = Fd(received);
+      else ::close(received);
+    }
+  }
+  return Status::Ok();
+}
+
+namespace {
+
+sockaddr_un AbstractAddress(const std::string& name, socklen_t* len) {
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  a.sun_path[0] = '\0';
+  std::memcpy(a.sun_path + 1, name.data(), std::min(name.size(), sizeof(a.sun_path) - 2));
+  *len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+  return a;
+}
+
+}  // namespace
+
+Result<Fd> ListenAt(const std::string& name) {
+  Fd s(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!s.valid()) return Err(Errc::kTransport, "socket() failed: {}", std::strerror(errno));
+  socklen_t len = 0;
+  sockaddr_un a = AbstractAddress(name, &len);
+  if (::bind(s.get(), reinterpret_cast<sockaddr*>(&a), len) != 0 || ::listen(s.get(), 128) != 0) {
+    return Err(Errc::kTransport, "cannot listen on a Unix socket: {}", std::strerror(errno));
+  }
+  return s;
+}
+
+Result<Fd> ConnectTo(const std::string& name) {
+  Fd s(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  socklen_t len = 0;
+  sockaddr_un a = AbstractAddress(name, &len);
+  if (!s.valid() || ::connect(s.get(), reinterpret_cast<sockaddr*>(&a), len) != 0) {
+    return Err(Errc::kPeerFailed, "{}", std::strerror(errno));
+  }
+  return s;
+}
+
+}  // namespace hixl::transport::shm

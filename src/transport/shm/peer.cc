@@ -1,0 +1,67 @@
+#include "transport/shm/peer.h"
+
+#include <sys/stat.h>
+
+#include <cstring>
+
+namespace hixl::transport::shm {
+
+Status NotConnected(const Peer& p) {
+  return Err(Errc::kNotConnected, "shm: rank {} has been disconnected (Connect it again, then unpack its keys again)",
+             p.rank);
+}
+
+Status Peer::Request(const Msg& m, int fd_to_pass, Msg* reply, net::Fd* reply_fd, int64_t timeout_ms) {
+  if (closed.load(std::memory_order_acquire)) return NotConnected(*this);
+  net::Deadline deadline = net::DeadlineIn(timeout_ms);
+  if (!conn.valid()) {
+    auto s = ConnectTo(sock_name);
+    if (!s.ok()) return Err(Errc::kPeerFailed, "shm: cannot connect to rank {} (pid {}): {}", rank, pid, s.status().message());
+    conn = std::move(s.value());
+  }
+  Status s = SendMsg(conn.get(), m, fd_to_pass, deadline);
+  if (s.ok()) s = RecvMsg(conn.get(), reply, reply_fd, deadline);
+  if (!s.ok()) {
+    conn.Reset();
+    return Err(s.code(), "shm: rank {} (pid {}) did not answer: {}", rank, pid, s.message());
+  }
+  if (reply->status != 0) return Err(static_cast<Errc>(reply->status), "shm: rank {} refused the request", rank);
+  return Status::Ok();
+}
+
+Result<std::shared_ptr<Mapping>> Peer::MapSegment(uint32_t seg, uint64_t size, int64_t timeout_ms) {
+  std::lock_guard lock(conn_mu);
+  auto it = segments.find(seg);
+  if (it != segments.end()) {
+    if (it->second->size() < size) {
+      return Err(Errc::kTransport, "shm: a key of rank {} says its heap segment {} has {} bytes, not {}", rank, seg,
+                 size, it->second->size());
+    }
+    return it->second;
+  }
+  Msg m, reply;
+  m.type = kGetSegment;
+  m.a = seg;
+  net::Fd fd;
+  HIXL_RETURN_IF_ERROR(Request(m, -1, &reply, &fd, timeout_ms));
+  if (!fd.valid()) return Err(Errc::kTransport, "shm: rank {} sent no fd for heap segment {}", rank, seg);
+  // The size comes from a key blob: untrusted.  Mapped past the end of the
+  // file, an access would raise SIGBUS instead of failing here.
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0 || st.st_size < 0 || static_cast<uint64_t>(st.st_size) < size) {
+    return Err(Errc::kTransport, "shm: heap segment {} of rank {} is smaller than the {} bytes its key says", seg,
+               rank, size);
+  }
+  HIXL_ASSIGN_OR_RETURN(Mapping map, MapShared(fd.get(), size));
+  auto mapping = std::make_shared<Mapping>(std::move(map));
+  segments.emplace(seg, mapping);
+  return mapping;
+}
+
+void Peer::CloseConnection() {
+  std::lock_guard lock(conn_mu);
+  conn.Reset();
+  segments.clear();
+}
+
+}  // namespace hixl::transport::shm

@@ -1,0 +1,60 @@
+// What the shm transport holds for one connected peer, and the keys of the
+// peer's regions.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "bootstrap/socket.h"
+#include "transport/shm/fd_channel.h"
+#include "transport/shm/mapping.h"
+#include "transport/shm/relay.h"
+#include "transport/transport.h"
+
+namespace hixl::transport::shm {
+
+// Keys unpacked for the peer share it, so a key never outlives what it
+// points to; Disconnect releases its resources and marks it closed, after
+// which calls with its keys fail.
+struct Peer {
+  int rank = -1;
+  bool self = false;  // this process itself
+  int32_t pid = 0;
+  std::string sock_name;  // the abstract name of its request socket
+  std::atomic<bool> use_cma{true};
+  std::atomic<bool> closed{false};  // set by Disconnect
+
+  // The request connection to the peer's progress thread (heap segments,
+  // relay set-up), made on first need.
+  std::mutex conn_mu;
+  net::Fd conn;                                           // guarded by conn_mu
+  std::map<uint32_t, std::shared_ptr<Mapping>> segments;  // guarded by conn_mu
+
+  RelayOrigin relay;  // the relay channel to it, made on first need
+
+  // One request/response with the peer's progress thread, connecting first
+  // if needed; conn_mu is held.  A reply's failure status becomes an error.
+  Status Request(const Msg& m, int fd_to_pass, Msg* reply, net::Fd* reply_fd, int64_t timeout_ms);
+  // The peer's heap segment `seg` of (at least) `size` bytes, mapped here on
+  // first need; an error where the segment is smaller.
+  Result<std::shared_ptr<Mapping>> MapSegment(uint32_t seg, uint64_t size, int64_t timeout_ms);
+  // Closes the request connection and lets go of the segment mappings (a key
+  // that points into one keeps it mapped until the key goes).
+  void CloseConnection();
+};
+
+// The error of every call for a peer after Disconnect.
+Status NotConnected(const Peer& p);
+
+struct ShmKey final : RemoteKey {
+  uint64_t base = 0;
+  uint8_t* mapped = nullptr;         // the region in this process, for heap regions
+  std::shared_ptr<Mapping> segment;  // keeps `mapped` valid, even after Disconnect
+  std::shared_ptr<Peer> peer;        // so the hot path takes no lock
+};
+
+}  // namespace hixl::transport::shm

@@ -1,0 +1,191 @@
+#include "transport/ucx/worker.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string_view>
+
+#include "core/log.h"
+
+namespace hixl::transport::ucx {
+
+namespace {
+
+// UCX_TLS when the user has not set it: everything but the transports that
+// cannot serve endpoints with peer-failure handling (see CreateContext).
+constexpr const char* kDefaultTls = "^posix,sysv";
+// UCX settings hixl changes from UCX's defaults unless the user set them.
+// `key` is the name ucp_config_modify takes for the TCP transport's field
+// (without its table prefix: only the TCP transport has these fields).
+struct UcxDefault {
+  const char* key;
+  const char* value;
+  const char* env[2];  // the variables that set it (UCX takes both spellings)
+};
+constexpr UcxDefault kTcpDefaults[] = {
+    {"TX_SEG_SIZE", "512k", {"UCX_TCP_TX_SEG_SIZE", "UCX_TX_SEG_SIZE"}},
+    {"RX_SEG_SIZE", "512k", {"UCX_TCP_RX_SEG_SIZE", "UCX_RX_SEG_SIZE"}},
+};
+
+// A UCP context from the UCX_* variables, HIXL_NET_DEV and, if asked,
+// hixl's TCP settings.
+Result<ucp_context_h> CreateContext(const Options& options, bool tune_tcp) {
+  ucp_config_t* config = nullptr;
+  ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
+  if (st != UCS_OK) {
+    return Err(Errc::kTransport, "ucx: cannot read the UCX configuration (UCX_* variables): {}",
+               ucs_status_string(st));
+  }
+  for (const UcxDefault& d : kTcpDefaults) {
+    if (!tune_tcp || std::getenv(d.env[0]) != nullptr || std::getenv(d.env[1]) != nullptr) continue;
+    st = ucp_config_modify(config, d.key, d.value);
+    if (st != UCS_OK) HIXL_LOG_DEBUG("ucx: cannot set {}={}: {}", d.env[0], d.value, ucs_status_string(st));
+  }
+  // hixl's endpoints need peer-failure handling (a dead peer must be an
+  // error, not a hang), which UCX's posix and sysv shared-memory transports
+  // lack in UCX 1.13: they can never carry hixl's traffic, so unless
+  // UCX_TLS says otherwise they are left out.  Opened, they would only take
+  // memory (their receive FIFOs), and at an exit without finalize
+  // LeakSanitizer reports UCX's descriptors, kept inside those FIFOs, as
+  // leaked.
+  if (std::getenv("UCX_TLS") == nullptr) {
+    st = ucp_config_modify(config, "TLS", kDefaultTls);
+    if (st != UCS_OK) HIXL_LOG_DEBUG("ucx: cannot set UCX_TLS={}: {}", kDefaultTls, ucs_status_string(st));
+  }
+  if (!options.net_dev.empty()) {
+    st = ucp_config_modify(config, "NET_DEVICES", options.net_dev.c_str());
+    if (st != UCS_OK) {
+      ucp_config_release(config);
+      return Err(Errc::kInvalidArg, "ucx: HIXL_NET_DEV={} is not a valid UCX device list: {}", options.net_dev,
+                 ucs_status_string(st));
+    }
+  }
+  ucp_params_t params{};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED | UCP_PARAM_FIELD_NAME;
+  params.features = UCP_FEATURE_RMA | UCP_FEATURE_AMO32 | UCP_FEATURE_AMO64 | UCP_FEATURE_WAKEUP;
+  params.mt_workers_shared = 0;
+  params.name = "hixl";
+  ucp_context_h context = nullptr;
+  st = ucp_init(&params, config, &context);
+  ucp_config_release(config);
+  if (st != UCS_OK) {
+    return Err(Errc::kTransport, "ucx: ucp_init failed: {}{}", ucs_status_string(st),
+               options.net_dev.empty() ? "" : fmt::format(" (HIXL_NET_DEV={})", options.net_dev));
+  }
+  return context;
+}
+
+// Whether the context has a TCP resource: ucp_context_print_info lists
+// each as "resource N : md M dev D flags -- tcp/<device>".
+bool HasTcpResource(ucp_context_h context) {
+  char* text = nullptr;
+  size_t size = 0;
+  FILE* f = ::open_memstream(&text, &size);
+  if (!f) return true;  // cannot tell: keep the settings
+  ucp_context_print_info(context, f);
+  std::fclose(f);
+  const bool found = text && std::string_view(text, size).find("-- tcp/") != std::string_view::npos;
+  std::free(text);
+  return found;
+}
+
+}  // namespace
+
+Result<std::shared_ptr<Worker>> Worker::Create(const Options& options) {
+  auto w = std::make_shared<Worker>();
+  // UCX emulates RMA over TCP with active messages of at most one TCP
+  // segment (8 KiB by default): every segment costs a system call and a
+  // progress round on both sides.  Larger segments make large puts and gets
+  // several times faster (docs/ucx.md has the figures).  The UCX_TCP_*
+  // variables still win when set.  Where UCX has no TCP device (UCX_TLS=rc,
+  // HIXL_NET_DEV=mlx5_0:1) nothing would take the settings and UCX would
+  // warn about them at every start, so the context is made again without.
+  auto context = CreateContext(options, /*tune_tcp=*/true);
+  if (context.ok() && !HasTcpResource(context.value())) {
+    ucp_cleanup(context.value());
+    context = CreateContext(options, /*tune_tcp=*/false);
+  }
+  if (!context.ok()) return context.status();
+  w->context = context.value();
+  ucp_worker_params_t wp{};
+  wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;
+  ucs_status_t st = ucp_worker_create(w->context, &wp, &w->worker);
+  if (st != UCS_OK) {
+    w->worker = nullptr;
+    return Err(Errc::kTransport, "ucx: ucp_worker_create failed: {}{}", ucs_status_string(st),
+               options.net_dev.empty() ? "" : fmt::format(" (HIXL_NET_DEV={})", options.net_dev));
+  }
+  ucp_worker_attr_t attr{};
+  attr.field_mask = UCP_WORKER_ATTR_FIELD_ADDRESS;
+  st = ucp_worker_query(w->worker, &attr);
+  if (st != UCS_OK) return Err(Errc::kTransport, "ucx: cannot get the worker address: {}", ucs_status_string(st));
+  w->address.assign(reinterpret_cast<const char*>(attr.address), attr.address_length);
+  ucp_worker_release_address(w->worker, attr.address);
+  return w;
+}
+
+Worker::~Worker() {
+  StopProgressThread();
+  if (worker) ucp_worker_destroy(worker);
+  if (context) ucp_cleanup(context);
+}
+
+Status Worker::StartProgressThread() {
+  ucs_status_t st = ucp_worker_get_efd(worker, &efd_);
+  if (st != UCS_OK) return Err(Errc::kTransport, "ucx: cannot get the worker's event fd: {}", ucs_status_string(st));
+  wake_ = net::Fd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!wake_.valid()) return Err(Errc::kTransport, "ucx: eventfd failed: {}", std::strerror(errno));
+  thread_ = std::thread([this] { Run(); });
+  return Status::Ok();
+}
+
+void Worker::StopProgressThread() {
+  if (thread_.joinable()) {
+    stop_.store(true);
+    Kick();
+    thread_.join();
+  }
+}
+
+void Worker::Kick() {
+  if (!wake_.valid()) return;
+  uint64_t one = 1;
+  ssize_t n = ::write(wake_.get(), &one, sizeof(one));
+  (void)n;
+}
+
+void Worker::Run() {
+  bool warned = false;
+  while (!stop_.load()) {
+    ucs_status_t armed;
+    {
+      std::lock_guard lock(mu);
+      if (ucp_worker_progress(worker) != 0) {
+        if (waiters_ > 0 && completed.exchange(false, std::memory_order_relaxed)) progressed_.notify_all();
+        continue;
+      }
+      armed = ucp_worker_arm(worker);
+    }
+    if (armed == UCS_ERR_BUSY) continue;
+    if (armed != UCS_OK && !warned) {
+      HIXL_LOG_WARN("ucx: cannot arm the worker's event fd ({}); polling it every 10 ms instead",
+                    ucs_status_string(armed));
+      warned = true;
+    }
+    pollfd fds[2] = {{efd_, POLLIN, 0}, {wake_.get(), POLLIN, 0}};
+    int r = ::poll(fds, 2, armed == UCS_OK ? -1 : 10);
+    if (r > 0 && (fds[1].revents & POLLIN)) {
+      uint64_t count;
+      ssize_t n = ::read(wake_.get(), &count, sizeof(count));
+      (void)n;
+    }
+  }
+}
+
+}  // namespace hixl::transport::ucx

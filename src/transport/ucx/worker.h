@@ -1,0 +1,96 @@
+// The UCP context and worker of the ucx transport, and the progress that
+// drives them: the progress thread, and the bounded waits of callers.
+#pragma once
+
+#include <ucp/api/ucp.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "bootstrap/socket.h"
+#include "transport/transport.h"
+
+namespace hixl::transport::ucx {
+
+// Shared by the transport, its peers and the keys unpacked for them, so
+// that whichever goes last tears the worker and the context down.
+class Worker {
+ public:
+  // A context from the UCX_* variables, HIXL_NET_DEV (options.net_dev) and
+  // hixl's TCP settings, and a worker on it.
+  static Result<std::shared_ptr<Worker>> Create(const Options& options);
+
+  Worker() = default;
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
+  ~Worker();
+
+  // Every UCP call on the context, the worker, the endpoints and the rkeys
+  // is made holding mu (the worker is UCS_THREAD_MODE_SERIALIZED).  UCP
+  // callbacks run inside ucp_worker_progress, so they run holding it too.
+  std::mutex mu;
+  ucp_context_h context = nullptr;
+  ucp_worker_h worker = nullptr;
+  std::string address;  // the worker's UCP address, for peers
+  // Set when a request completes or an endpoint fails: what a waiting
+  // flush may be waiting for.
+  std::atomic<bool> completed{false};
+
+  // The progress thread serves the network on the target side (needed where
+  // UCX emulates RMA, as over TCP) and sleeps on the worker's event fd
+  // whenever there is nothing to do.
+  Status StartProgressThread();
+  void StopProgressThread();
+  // Wakes the progress thread: a caller that progressed the worker itself
+  // may have taken events the thread was armed for.  Call without mu.
+  void Kick();
+
+  // Progresses the worker until done() holds or the deadline passes (lock
+  // holds mu); returns done().  While progress finds work, this thread does
+  // it; once it finds none for a while (the peer is working), it sleeps
+  // until the progress thread completes something, rather than competing
+  // for the CPU with the processes it waits on.  The caller kicks the
+  // progress thread after releasing the lock.
+  template <typename Done>
+  bool ProgressUntil(std::unique_lock<std::mutex>& lock, net::Deadline deadline, Done done) {
+    for (int idle = 0;;) {
+      if (ucp_worker_progress(worker) != 0) idle = 0;
+      if (done()) return true;
+      if (net::Clock::now() >= deadline) return false;
+      if (++idle < kSpinsBeforeSleep) {
+        lock.unlock();  // let other threads start transfers meanwhile
+        lock.lock();
+        continue;
+      }
+      // The progress thread is kicked first, for the reason above; the bound
+      // on the wait is a safety net only.
+      ++waiters_;
+      Kick();
+      progressed_.wait_for(lock, std::chrono::milliseconds(kWaitMs));
+      --waiters_;
+    }
+  }
+
+ private:
+  // A wait progresses the worker itself this many times in a row without
+  // finding work before it sleeps until the progress thread completes a
+  // request, checking again at least every kWaitMs (a safety net only).
+  static constexpr int kSpinsBeforeSleep = 64;
+  static constexpr int kWaitMs = 10;
+
+  void Run();
+
+  int efd_ = -1;  // the worker's event fd, owned by the worker
+  net::Fd wake_;  // wakes the progress thread
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+  std::condition_variable progressed_;  // with mu: the progress thread completed something
+  int waiters_ = 0;                     // guarded by mu: threads asleep in ProgressUntil
+};
+
+}  // namespace hixl::transport::ucx

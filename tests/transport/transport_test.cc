@@ -1,0 +1,617 @@
+// Conformance of every transport built into the library, driven through the
+// Transport interface directly (no core, no store): one test class,
+// instantiated over every transport configuration, and a case is skipped
+// only where the transport's capabilities say it cannot do the thing.
+//
+// Two transports of the same kind live in this one process, each with its
+// own Host (rank 0 and rank 1), and talk to each other as two processes
+// would: through their published addresses, over their own sockets,
+// channels and endpoints.  Nothing synchronises by sleeping; every wait
+// inside a transport is bounded by the Host's timeout, and ctest bounds the
+// whole test.
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "bootstrap/socket.h"
+#include "transport/transport.h"
+
+namespace hixl::transport {
+namespace {
+
+constexpr int64_t kTimeoutMs = 30000;
+constexpr uint64_t kRegionBytes = uint64_t{16} << 20;  // > the shm relay ring (8 x 1 MiB)
+constexpr uint64_t kGuard = 64;                         // bytes around each transfer that must not change
+
+// The Host a transport runs under: a rank, a timeout and the ranges this
+// "process" has registered, for transports that serve requests themselves
+// (the shm relay).
+class TestHost final : public Host {
+ public:
+  explicit TestHost(int rank) : rank_(rank) {}
+  int rank() const override { return rank_; }
+  int64_t timeout_ms() const override { return kTimeoutMs; }
+  bool AccessLocalRange(uint64_t addr, uint64_t len, const std::function<void()>& fn) const override {
+    std::lock_guard lock(mu_);
+    for (const auto& [base, n] : ranges_) {
+      if (addr >= base && len <= n && addr - base <= n - len) {
+        fn();
+        return true;
+      }
+    }
+    return false;
+  }
+  void Add(uint64_t base, uint64_t len) {
+    std::lock_guard lock(mu_);
+    ranges_.emplace_back(base, len);
+  }
+  void Remove(uint64_t base) {
+    std::lock_guard lock(mu_);
+    std::erase_if(ranges_, [&](const auto& r) { return r.first == base; });
+  }
+
+ private:
+  const int rank_;
+  mutable std::mutex mu_;
+  std::vector<std::pair<uint64_t, uint64_t>> ranges_;
+};
+
+// How a region's memory is backed: private memory (malloc-like), or a
+// shared-memory segment, as the symmetric heap hands regions over.
+enum class Backing { kPrivate, kSegment };
+
+const char* kSegmentName = "hixl-transport-test-seg";
+
+// Memory of one side: mapped here, registered with that side's host and
+// transport on request.
+class Memory {
+ public:
+  Memory(Backing backing, uint64_t len, uint32_t segment_id) : backing_(backing), len_(len) {
+    if (backing == Backing::kSegment) {
+      fd_ = ::memfd_create(kSegmentName, MFD_CLOEXEC);
+      EXPECT_GE(fd_, 0);
+      EXPECT_EQ(::ftruncate(fd_, static_cast<off_t>(len + kSegmentOffset)), 0);
+      map_len_ = len + kSegmentOffset;
+      void* p = ::mmap(nullptr, map_len_, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
+      EXPECT_NE(p, MAP_FAILED);
+      map_ = static_cast<uint8_t*>(p);
+      region_.backing_fd = fd_;
+      region_.segment_id = segment_id;
+      region_.segment_offset = kSegmentOffset;
+      region_.segment_size = map_len_;
+      region_.base = reinterpret_cast<uint64_t>(map_ + kSegmentOffset);
+    } else {
+      map_len_ = len;
+      void* p = ::mmap(nullptr, map_len_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      EXPECT_NE(p, MAP_FAILED);
+      map_ = static_cast<uint8_t*>(p);
+      region_.base = reinterpret_cast<uint64_t>(map_);
+    }
+    region_.len = len;
+    region_.kind = MemKind::kHost;
+  }
+  ~Memory() {
+    if (map_ && map_ != MAP_FAILED) ::munmap(map_, map_len_);
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Memory(const Memory&) = delete;
+  Memory& operator=(const Memory&) = delete;
+
+  uint8_t* data() const { return reinterpret_cast<uint8_t*>(region_.base); }
+  uint64_t addr() const { return region_.base; }
+  uint64_t len() const { return len_; }
+  const LocalRegion& region() const { return region_; }
+  Backing backing() const { return backing_; }
+
+ private:
+  static constexpr uint64_t kSegmentOffset = 4096;  // a region need not start its segment
+  Backing backing_;
+  uint64_t len_;
+  int fd_ = -1;
+  uint8_t* map_ = nullptr;
+  uint64_t map_len_ = 0;
+  LocalRegion region_;
+};
+
+// Bytes that differ from place to place and from seed to seed.
+void Fill(uint8_t* p, size_t n, uint32_t seed) {
+  uint32_t x = seed * 2654435761u + 1;
+  for (size_t i = 0; i < n; ++i) {
+    x = x * 1664525u + 1013904223u;
+    p[i] = static_cast<uint8_t>(x >> 24);
+  }
+}
+
+// The first offset where a and b differ, or n.
+size_t FirstDifference(const uint8_t* a, const uint8_t* b, size_t n) {
+  return static_cast<size_t>(std::mismatch(a, a + n, b).first - a);
+}
+
+// How many mappings of this process map the test's segments.
+int SegmentMappings() {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  int n = 0;
+  while (std::getline(maps, line)) n += line.find(kSegmentName) != std::string::npos;
+  return n;
+}
+
+// One transport configuration under test.
+struct Config {
+  std::string name;  // for the test's name
+  std::string transport;
+  bool shm_cma = true;
+};
+
+std::string ConfigName(const ::testing::TestParamInfo<Config>& info) { return info.param.name; }
+
+class TransportTest : public ::testing::TestWithParam<Config> {
+ protected:
+  void SetUp() override {
+    hosts_[0] = std::make_unique<TestHost>(0);
+    hosts_[1] = std::make_unique<TestHost>(1);
+    for (int r = 0; r < 2; ++r) {
+      Options options;
+      options.only = GetParam().transport;
+      options.shm_cma = GetParam().shm_cma;
+      auto ts = CreateTransports(hosts_[r].get(), options);
+      ASSERT_TRUE(ts.ok()) << ts.status().message();
+      ASSERT_EQ(ts.value().size(), 1u);
+      t_[r] = std::move(ts.value()[0]);
+      ASSERT_EQ(t_[r]->name(), GetParam().transport);
+    }
+  }
+
+  void TearDown() override {
+    for (auto& t : t_) {
+      if (t) t->Shutdown();
+    }
+  }
+
+  // Publishes both addresses and connects each side to the other.
+  void ConnectBoth() {
+    const std::string a0 = t_[0]->LocalAddress(), a1 = t_[1]->LocalAddress();
+    ASSERT_TRUE(t_[0]->CanReach(a1));
+    ASSERT_TRUE(t_[1]->CanReach(a0));
+    ASSERT_TRUE(t_[0]->Connect(1, a1).ok());
+    ASSERT_TRUE(t_[1]->Connect(0, a0).ok());
+  }
+
+  // Registers `m` on rank `owner` and returns the key rank `user` unpacks for it.
+  std::shared_ptr<RemoteKey> Expose(int owner, const Memory& m, int user) {
+    auto blob = t_[owner]->RegisterRegion(m.region());
+    EXPECT_TRUE(blob.ok()) << blob.status().message();
+    if (!blob.ok()) return nullptr;
+    hosts_[owner]->Add(m.addr(), m.len());
+    auto key = t_[user]->UnpackKey(owner, m.addr(), m.len(), blob.value());
+    EXPECT_TRUE(key.ok()) << key.status().message();
+    return key.ok() ? key.value() : nullptr;
+  }
+
+  void Unexpose(int owner, const Memory& m) {
+    hosts_[owner]->Remove(m.addr());
+    t_[owner]->DeregisterRegion(m.region());
+  }
+
+  const Capabilities& caps() const { return t_[0]->caps(); }
+
+  // Puts n bytes from rank 0 into rank 1's `m` at offset `at`, then gets
+  // them back, checking every byte and that the bytes around are untouched.
+  void PutGetRoundTrip(const RemoteKey& key, Memory& m, uint64_t at, size_t n, uint32_t seed) {
+    SCOPED_TRACE(testing::Message() << "n=" << n << " at=" << at);
+    ASSERT_GE(at, kGuard);
+    ASSERT_LE(at + n + kGuard, m.len());
+    std::memset(m.data() + at - kGuard, 0xEE, n + 2 * kGuard);
+    std::vector<uint8_t> src(n), back(n + 2 * kGuard, 0x11);
+    Fill(src.data(), n, seed);
+    ASSERT_TRUE(t_[0]->Put(1, key, src.data(), m.addr() + at, n).ok());
+    Status f = t_[0]->Flush();
+    ASSERT_TRUE(f.ok()) << f.message();
+    ASSERT_EQ(FirstDifference(m.data() + at, src.data(), n), n);
+    for (uint64_t i = 0; i < kGuard; ++i) {
+      ASSERT_EQ(m.data()[at - kGuard + i], 0xEE) << "written before the range";
+      ASSERT_EQ(m.data()[at + n + i], 0xEE) << "written after the range";
+    }
+    // Get into the middle of a guarded buffer, after changing the target.
+    Fill(m.data() + at, n, seed + 1);
+    ASSERT_TRUE(t_[0]->Get(1, key, m.addr() + at, back.data() + kGuard, n).ok());
+    f = t_[0]->Flush();
+    ASSERT_TRUE(f.ok()) << f.message();
+    ASSERT_EQ(FirstDifference(back.data() + kGuard, m.data() + at, n), n);
+    for (uint64_t i = 0; i < kGuard; ++i) {
+      ASSERT_EQ(back[i], 0x11);
+      ASSERT_EQ(back[kGuard + n + i], 0x11);
+    }
+  }
+
+  std::unique_ptr<TestHost> hosts_[2];
+  std::unique_ptr<Transport> t_[2];
+};
+
+// What a transport says it can do, it does; what it says it cannot, it refuses.
+TEST_P(TransportTest, CapabilitiesTellTheTruth) {
+  ConnectBoth();
+  const Capabilities& c = caps();
+  EXPECT_EQ(&c, &t_[1]->caps());
+  EXPECT_TRUE(c.host_memory) << "every transport moves host memory";
+  Memory m(Backing::kPrivate, 1 << 16, 1);
+  LocalRegion device = m.region();
+  device.kind = MemKind::kDevice;
+  auto r = t_[1]->RegisterRegion(device);
+  if (!c.device_memory) {
+    ASSERT_FALSE(r.ok()) << "a transport without device memory registered a device region";
+    EXPECT_EQ(r.status().code(), Errc::kUnsupported);
+  }
+  // Atomic: implemented exactly when the caps say so.
+  auto key = Expose(1, m, 0);
+  ASSERT_TRUE(key);
+  uint64_t old = 0;
+  Status s = t_[0]->Atomic(1, *key, AtomicOp::kFetch, m.addr(), 0, 0, &old);
+  if (c.atomics) {
+    EXPECT_TRUE(s.ok()) << s.message();
+  } else {
+    EXPECT_EQ(s.code(), Errc::kUnsupported);
+  }
+  key.reset();
+  Unexpose(1, m);
+}
+
+TEST_P(TransportTest, AddressesAreCheckedAndReachable) {
+  const std::string a0 = t_[0]->LocalAddress(), a1 = t_[1]->LocalAddress();
+  EXPECT_FALSE(a0.empty());
+  EXPECT_NE(a0, a1);
+  EXPECT_TRUE(t_[0]->CanReach(a1));
+  EXPECT_TRUE(t_[1]->CanReach(a0));
+  EXPECT_FALSE(t_[0]->CanReach(""));
+  EXPECT_FALSE(t_[0]->CanReach("not an address"));
+  EXPECT_FALSE(t_[0]->Connect(1, "not an address").ok());
+  // Nothing connected: no key can be unpacked, and nothing is in flight.
+  EXPECT_FALSE(t_[0]->UnpackKey(1, 4096, 64, "").ok());
+  EXPECT_TRUE(t_[0]->Flush().ok());
+  EXPECT_TRUE(t_[0]->Flush(1).ok());
+  t_[0]->Disconnect(1);  // a no-op
+}
+
+TEST_P(TransportTest, PutGetSizesPrivateMemory) {
+  ConnectBoth();
+  Memory m(Backing::kPrivate, kRegionBytes, 1);
+  auto key = Expose(1, m, 0);
+  ASSERT_TRUE(key);
+  const size_t sizes[] = {1, 7, 8, 4096, 65536 + 3, size_t{1} << 20, (size_t{1} << 20) + 1, (size_t{9} << 20) + 5};
+  uint32_t seed = 1;
+  for (size_t n : sizes) {
+    PutGetRoundTrip(*key, m, kGuard + (seed % 8), n, seed);
+    if (HasFatalFailure()) return;
+    ++seed;
+  }
+  key.reset();
+  Unexpose(1, m);
+}
+
+TEST_P(TransportTest, PutGetSizesSharedSegment) {
+  ConnectBoth();
+  Memory m(Backing::kSegment, kRegionBytes, 2);
+  auto key = Expose(1, m, 0);
+  ASSERT_TRUE(key);
+  const size_t sizes[] = {1, 7, 8, 4096, 65536 + 3, size_t{1} << 20, (size_t{9} << 20) + 5};
+  uint32_t seed = 100;
+  for (size_t n : sizes) {
+    PutGetRoundTrip(*key, m, kGuard + (seed % 8), n, seed);
+    if (HasFatalFailure()) return;
+    ++seed;
+  }
+  key.reset();
+  Unexpose(1, m);
+}
+
+// Both directions at once: each side writes into the other's memory.
+TEST_P(TransportTest, BothDirections) {
+  ConnectBoth();
+  Memory m0(Backing::kPrivate, 1 << 20, 3), m1(Backing::kPrivate, 1 << 20, 4);
+  auto k0 = Expose(0, m0, 1);  // rank 1's key for rank 0's memory
+  auto k1 = Expose(1, m1, 0);
+  ASSERT_TRUE(k0 && k1);
+  std::vector<uint8_t> a(100000), b(100000);
+  Fill(a.data(), a.size(), 7);
+  Fill(b.data(), b.size(), 8);
+  ASSERT_TRUE(t_[0]->Put(1, *k1, a.data(), m1.addr() + 8, a.size()).ok());
+  ASSERT_TRUE(t_[1]->Put(0, *k0, b.data(), m0.addr() + 16, b.size()).ok());
+  ASSERT_TRUE(t_[0]->Flush().ok());
+  ASSERT_TRUE(t_[1]->Flush().ok());
+  EXPECT_EQ(std::memcmp(m1.data() + 8, a.data(), a.size()), 0);
+  EXPECT_EQ(std::memcmp(m0.data() + 16, b.data(), b.size()), 0);
+  k0.reset();
+  k1.reset();
+  Unexpose(0, m0);
+  Unexpose(1, m1);
+}
+
+TEST_P(TransportTest, BatchWritesAndReadsEveryPiece) {
+  ConnectBoth();
+  Memory priv(Backing::kPrivate, 4 << 20, 5), seg(Backing::kSegment, 4 << 20, 6);
+  auto kp = Expose(1, priv, 0);
+  auto ks = Expose(1, seg, 0);
+  ASSERT_TRUE(kp && ks);
+  std::memset(priv.data(), 0, priv.len());
+  std::memset(seg.data(), 0, seg.len());
+  // 150 pieces (more than one system call's worth where a transport
+  // gathers them), alternating between the two regions, of varied sizes.
+  constexpr size_t kPieces = 150;
+  std::vector<std::vector<uint8_t>> local(kPieces), back(kPieces);
+  std::vector<Transport::Piece> out, in;
+  uint64_t offset = 64;
+  for (size_t i = 0; i < kPieces; ++i) {
+    const size_t n = 1 + (i * 977) % 20000;
+    local[i].resize(n);
+    back[i].assign(n, 0);
+    Fill(local[i].data(), n, static_cast<uint32_t>(i + 1));
+    const Memory& m = i % 2 ? seg : priv;
+    const RemoteKey* k = i % 2 ? ks.get() : kp.get();
+    out.push_back({k, m.addr() + offset, local[i].data(), n});
+    in.push_back({k, m.addr() + offset, back[i].data(), n});
+    offset += n + 8;
+  }
+  ASSERT_LE(offset, priv.len());
+  Status s = t_[0]->Batch(1, /*write=*/true, out.data(), out.size());
+  ASSERT_TRUE(s.ok()) << s.message();
+  ASSERT_TRUE(t_[0]->Flush(1).ok());
+  for (size_t i = 0; i < kPieces; ++i) {
+    ASSERT_EQ(std::memcmp(reinterpret_cast<void*>(out[i].remote), local[i].data(), local[i].size()), 0)
+        << "piece " << i;
+  }
+  s = t_[0]->Batch(1, /*write=*/false, in.data(), in.size());
+  ASSERT_TRUE(s.ok()) << s.message();
+  ASSERT_TRUE(t_[0]->Flush(1).ok());
+  for (size_t i = 0; i < kPieces; ++i) ASSERT_EQ(back[i], local[i]) << "piece " << i;
+  kp.reset();
+  ks.reset();
+  Unexpose(1, priv);
+  Unexpose(1, seg);
+}
+
+// Flush(peer) completes what went to that peer; a peer never connected has
+// nothing in flight.
+TEST_P(TransportTest, FlushOnePeer) {
+  ConnectBoth();
+  Memory m(Backing::kPrivate, 4 << 20, 7);
+  auto key = Expose(1, m, 0);
+  ASSERT_TRUE(key);
+  std::vector<uint8_t> src(3 << 20);
+  for (uint32_t round = 0; round < 3; ++round) {
+    Fill(src.data(), src.size(), 40 + round);
+    ASSERT_TRUE(t_[0]->Put(1, *key, src.data(), m.addr() + round, src.size()).ok());
+    Status s = t_[0]->Flush(1);
+    ASSERT_TRUE(s.ok()) << s.message();
+    ASSERT_EQ(FirstDifference(m.data() + round, src.data(), src.size()), src.size()) << "round " << round;
+  }
+  EXPECT_TRUE(t_[0]->Flush(7).ok());
+  EXPECT_TRUE(t_[0]->Flush(-1).ok());
+  key.reset();
+  Unexpose(1, m);
+}
+
+TEST_P(TransportTest, Atomics) {
+  if (!caps().atomics) GTEST_SKIP() << GetParam().transport << " has no remote atomics";
+  ConnectBoth();
+  for (Backing backing : {Backing::kPrivate, Backing::kSegment}) {
+    SCOPED_TRACE(backing == Backing::kPrivate ? "private" : "segment");
+    Memory m(backing, 1 << 16, 8);
+    auto key = Expose(1, m, 0);
+    ASSERT_TRUE(key);
+    auto* word = reinterpret_cast<uint64_t*>(m.data() + 64);
+    const uint64_t at = m.addr() + 64;
+    *word = 5;
+    uint64_t old = 0;
+    ASSERT_TRUE(t_[0]->Atomic(1, *key, AtomicOp::kFetch, at, 0, 0, &old).ok());
+    EXPECT_EQ(old, 5u);
+    ASSERT_TRUE(t_[0]->Atomic(1, *key, AtomicOp::kAdd, at, 10, 0, &old).ok());
+    EXPECT_EQ(old, 5u);
+    EXPECT_EQ(*word, 15u);
+    ASSERT_TRUE(t_[0]->Atomic(1, *key, AtomicOp::kSet, at, 0xdeadbeefcafeULL, 0, &old).ok());
+    EXPECT_EQ(old, 15u);
+    EXPECT_EQ(*word, 0xdeadbeefcafeULL);
+    // Compare-and-swap that fails leaves the word; one that matches swaps.
+    ASSERT_TRUE(t_[0]->Atomic(1, *key, AtomicOp::kCompareSwap, at, 1, 2, &old).ok());
+    EXPECT_EQ(old, 0xdeadbeefcafeULL);
+    EXPECT_EQ(*word, 0xdeadbeefcafeULL);
+    ASSERT_TRUE(t_[0]->Atomic(1, *key, AtomicOp::kCompareSwap, at, 77, 0xdeadbeefcafeULL, &old).ok());
+    EXPECT_EQ(old, 0xdeadbeefcafeULL);
+    EXPECT_EQ(*word, 77u);
+    // Ordered after a put issued before it to the same peer.
+    std::vector<uint8_t> src(2 << 10);
+    Fill(src.data(), src.size(), 9);
+    ASSERT_TRUE(t_[0]->Put(1, *key, src.data(), m.addr() + 4096, src.size()).ok());
+    ASSERT_TRUE(t_[0]->Atomic(1, *key, AtomicOp::kAdd, at, 1, 0, &old).ok());
+    EXPECT_EQ(std::memcmp(m.data() + 4096, src.data(), src.size()), 0) << "the put had not landed";
+    EXPECT_EQ(*word, 78u);
+    ASSERT_TRUE(t_[0]->Flush().ok());
+    key.reset();
+    Unexpose(1, m);
+  }
+}
+
+// A transport that reaches its own process: a region of rank 0 through
+// rank 0's own transport.
+TEST_P(TransportTest, Loopback) {
+  if (!caps().loopback) GTEST_SKIP() << GetParam().transport << " cannot talk to its own process";
+  const std::string self = t_[0]->LocalAddress();
+  ASSERT_TRUE(t_[0]->CanReach(self));
+  ASSERT_TRUE(t_[0]->Connect(0, self).ok());
+  Memory m(Backing::kPrivate, 1 << 20, 9);
+  auto key = Expose(0, m, 0);
+  ASSERT_TRUE(key);
+  std::vector<uint8_t> src(300000), back(300000);
+  Fill(src.data(), src.size(), 11);
+  ASSERT_TRUE(t_[0]->Put(0, *key, src.data(), m.addr() + 3, src.size()).ok());
+  ASSERT_TRUE(t_[0]->Flush(0).ok());
+  EXPECT_EQ(std::memcmp(m.data() + 3, src.data(), src.size()), 0);
+  ASSERT_TRUE(t_[0]->Get(0, *key, m.addr() + 3, back.data(), back.size()).ok());
+  ASSERT_TRUE(t_[0]->Flush().ok());
+  EXPECT_EQ(back, src);
+  key.reset();
+  t_[0]->Disconnect(0);
+  Unexpose(0, m);
+}
+
+// After Disconnect(peer) every call for the peer fails cleanly, with keys
+// unpacked before too; Connect again makes it usable with new keys.
+TEST_P(TransportTest, DisconnectThenCallsFailCleanly) {
+  const int mappings_before = SegmentMappings();
+  ConnectBoth();
+  Memory priv(Backing::kPrivate, 4 << 20, 10), seg(Backing::kSegment, 4 << 20, 11);
+  auto kp = Expose(1, priv, 0);
+  auto ks = Expose(1, seg, 0);
+  ASSERT_TRUE(kp && ks);
+  // Use the peer first, so that whatever the transport makes on first need
+  // (mappings, relay channels, endpoints) exists.  Leave the last puts
+  // unflushed: Disconnect completes or drops them itself.
+  std::vector<uint8_t> src(2 << 20, 0x5A), dst(2 << 20, 0);
+  ASSERT_TRUE(t_[0]->Put(1, *kp, src.data(), priv.addr(), src.size()).ok());
+  ASSERT_TRUE(t_[0]->Put(1, *ks, src.data(), seg.addr(), src.size()).ok());
+  ASSERT_TRUE(t_[0]->Flush(1).ok());
+  ASSERT_EQ(FirstDifference(priv.data(), src.data(), src.size()), src.size());
+  ASSERT_TRUE(t_[0]->Put(1, *kp, src.data(), priv.addr() + 8, 1 << 20).ok());
+  uint64_t old = 0;
+  if (caps().atomics) {
+    ASSERT_TRUE(t_[0]->Atomic(1, *kp, AtomicOp::kAdd, priv.addr() + 4096, 1, 0, &old).ok());
+  }
+
+  t_[0]->Disconnect(1);
+
+  auto not_connected = [](const Status& s) { return !s.ok() && s.code() == Errc::kNotConnected; };
+  EXPECT_PRED1(not_connected, t_[0]->Put(1, *kp, src.data(), priv.addr(), 64));
+  EXPECT_PRED1(not_connected, t_[0]->Put(1, *ks, src.data(), seg.addr(), 64));
+  EXPECT_PRED1(not_connected, t_[0]->Get(1, *kp, priv.addr(), dst.data(), 64));
+  EXPECT_PRED1(not_connected, t_[0]->Get(1, *ks, seg.addr(), dst.data(), 64));
+  Transport::Piece piece{kp.get(), priv.addr(), src.data(), 64};
+  EXPECT_PRED1(not_connected, t_[0]->Batch(1, true, &piece, 1));
+  if (caps().atomics) {
+    EXPECT_PRED1(not_connected, t_[0]->Atomic(1, *kp, AtomicOp::kFetch, priv.addr(), 0, 0, &old));
+  }
+  EXPECT_FALSE(t_[0]->UnpackKey(1, priv.addr(), priv.len(), "").ok());
+  EXPECT_TRUE(t_[0]->Flush(1).ok()) << "nothing is in flight to a disconnected peer";
+  EXPECT_TRUE(t_[0]->Flush().ok());
+  t_[0]->Disconnect(1);  // twice: a no-op
+  // The other direction is untouched by this side's Disconnect.
+  Memory mine(Backing::kPrivate, 1 << 20, 12);
+  auto back = Expose(0, mine, 1);
+  ASSERT_TRUE(back);
+  Fill(src.data(), 1 << 20, 31);
+  ASSERT_TRUE(t_[1]->Put(0, *back, src.data(), mine.addr(), 1 << 20).ok());
+  Status f = t_[1]->Flush(0);
+  ASSERT_TRUE(f.ok()) << f.message();
+  EXPECT_EQ(FirstDifference(mine.data(), src.data(), 1 << 20), size_t{1} << 20);
+
+  // The old keys still exist; once they go, nothing of the peer's segment
+  // stays mapped here.
+  kp.reset();
+  ks.reset();
+  EXPECT_EQ(SegmentMappings(), mappings_before + 1) << "only the owner's own mapping of the segment is left";
+
+  // Connect again: new keys work, and the data is exact.
+  ASSERT_TRUE(t_[0]->Connect(1, t_[1]->LocalAddress()).ok());
+  auto blob = t_[1]->RegisterRegion(seg.region());
+  ASSERT_TRUE(blob.ok());
+  std::shared_ptr<RemoteKey> k2;
+  {
+    auto r = t_[0]->UnpackKey(1, seg.addr(), seg.len(), blob.value());
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    k2 = std::move(r).value();
+  }
+  Fill(src.data(), src.size(), 21);
+  ASSERT_TRUE(t_[0]->Put(1, *k2, src.data(), seg.addr() + 5, src.size()).ok());
+  ASSERT_TRUE(t_[0]->Flush(1).ok());
+  EXPECT_EQ(FirstDifference(seg.data() + 5, src.data(), src.size()), src.size());
+  t_[0]->Disconnect(1);
+  EXPECT_PRED1(not_connected, t_[0]->Put(1, *k2, src.data(), seg.addr(), 64));
+  k2.reset();
+  back.reset();
+  Unexpose(0, mine);
+  Unexpose(1, priv);
+  Unexpose(1, seg);
+  t_[1]->DeregisterRegion(seg.region());  // registered twice
+}
+
+// Shutdown is callable before destruction with peers, keys and regions
+// still present, and keys may outlive their transport.
+TEST_P(TransportTest, ShutdownWithLiveKeys) {
+  ConnectBoth();
+  Memory m(Backing::kSegment, 1 << 20, 13);
+  auto key = Expose(1, m, 0);
+  ASSERT_TRUE(key);
+  uint8_t byte = 42;
+  ASSERT_TRUE(t_[0]->Put(1, *key, &byte, m.addr(), 1).ok());
+  ASSERT_TRUE(t_[0]->Flush().ok());
+  EXPECT_EQ(m.data()[0], 42);
+  t_[0]->Shutdown();
+  t_[1]->Shutdown();
+  t_[0].reset();
+  Unexpose(1, m);
+  t_[1].reset();
+  key.reset();
+}
+
+// The shm transport's key blob names a heap segment, an offset and the
+// segment's size; from a peer it is untrusted input.  A key whose region
+// does not fit the segment that is really there is refused, so a put with
+// it can never write past the mapping (or fault on it).
+TEST(ShmKeys, AKeyClaimingMoreThanItsSegmentIsRefused) {
+  TestHost h0(0), h1(1);
+  Options options;
+  options.only = "shm";
+  auto t0 = CreateTransports(&h0, options), t1 = CreateTransports(&h1, options);
+  ASSERT_TRUE(t0.ok() && t1.ok());
+  Transport& a = *t0.value()[0];
+  Transport& b = *t1.value()[0];
+  ASSERT_TRUE(a.Connect(1, b.LocalAddress()).ok());
+  Memory m(Backing::kSegment, 1 << 16, 21);
+  auto blob = b.RegisterRegion(m.region());
+  ASSERT_TRUE(blob.ok());
+  h1.Add(m.addr(), m.len());
+  auto forged = [&](uint64_t offset, uint64_t segment_size) {
+    net::Writer w;
+    w.Put<uint32_t>(m.region().segment_id).Put<uint64_t>(offset).Put<uint64_t>(segment_size);
+    return std::move(w.str());
+  };
+  const uint64_t real = m.region().segment_size;
+  // Larger than the segment: refused before anything is mapped at that size.
+  auto k = a.UnpackKey(1, m.addr(), m.len() * 16, forged(m.region().segment_offset, real * 16));
+  EXPECT_FALSE(k.ok());
+  // The region past the end of the segment it names.
+  k = a.UnpackKey(1, m.addr(), m.len(), forged(real - 8, real));
+  EXPECT_FALSE(k.ok());
+  // The genuine key works; then, with the segment mapped, a forged larger
+  // size is still refused.
+  k = a.UnpackKey(1, m.addr(), m.len(), blob.value());
+  ASSERT_TRUE(k.ok()) << k.status().message();
+  uint64_t v = 0x1234;
+  ASSERT_TRUE(a.Put(1, *k.value(), &v, m.addr() + 8, sizeof(v)).ok());
+  EXPECT_EQ(std::memcmp(m.data() + 8, &v, sizeof(v)), 0);
+  EXPECT_FALSE(a.UnpackKey(1, m.addr(), m.len() * 16, forged(m.region().segment_offset, real * 16)).ok());
+  k = Status(Errc::kInternal, "released");  // the key goes before its transport
+  a.Shutdown();
+  b.Shutdown();
+}
+
+std::vector<Config> Configs() {
+  std::vector<Config> c = {{"shm_cma", "shm", true}, {"shm_relay", "shm", false}};
+#ifdef HIXL_TEST_HAVE_UCX
+  c.push_back({"ucx", "ucx", true});
+#endif
+  return c;
+}
+
+INSTANTIATE_TEST_SUITE_P(Every, TransportTest, ::testing::ValuesIn(Configs()), ConfigName);
+
+}  // namespace
+}  // namespace hixl::transport
