@@ -10,6 +10,10 @@
 // a dead peer.
 //
 // Thread safety: all methods of every class here are safe from any thread.
+//
+// Implemented in store_memory.cc, store_server.cc and store_client.cc; the
+// client and the server speak the protocol of store_protocol.h, and
+// MemoryStore and the server keep the key/value table of store_kv.h.
 #pragma once
 
 #include <cstdint>

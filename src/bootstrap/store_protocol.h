@@ -1,0 +1,102 @@
+// The store's wire protocol: its limits, the request types, and the encoding
+// and decoding of requests and replies.  Shared by TcpStoreClient
+// (store_client.cc) and TcpStoreServer (store_server.cc); internal to them.
+//
+// Every message is a frame: 4-byte little-endian length, then the payload;
+// integers inside are little-endian, strings are a u32 length followed by the
+// bytes, as net::Writer / net::Reader lay them out:
+//
+//   request  = u8 op, fields
+//     HELLO          i32 rank                  (first request on a connection)
+//     SET            key, value
+//     GET            key, i64 timeout_ms       (parked until key exists)
+//     ADD            key, i64 delta
+//     WAIT_AT_LEAST  key, i64 target, i64 timeout_ms   (parked until >= target)
+//     DELETE         key
+//     BYE                                      (clean leave; no more requests)
+//   reply    = i32 code (0 = ok, else an hixl error code), message, fields
+//     GET -> value; ADD -> i64 new value; the others -> nothing.
+//
+// A client sends one request at a time and waits for its reply, so replies
+// need no ids.  The server parks blocking requests and answers them when they
+// are satisfied, when their timeout passes, or when a rank fails (its
+// connection closes without BYE).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "core/status.h"
+
+namespace hixl::bootstrap::detail {
+
+// Longer timeouts are cut to this (a year), which keeps deadline arithmetic
+// far from overflow.
+constexpr int64_t kMaxTimeoutMs = int64_t{365} * 24 * 3600 * 1000;
+// How much longer than its own timeout a client waits for the server's reply
+// (the server answers a timed-out wait itself; this only catches a server
+// that stopped answering without closing the connection).
+constexpr int64_t kSlackMs = 3000;
+// The bound on requests that do not wait (SET, ADD, DELETE, HELLO, BYE).
+constexpr int64_t kIoTimeoutMs = 30000;
+// Largest frame either side accepts (the same bound as net::RecvFrame).
+constexpr uint32_t kMaxFrame = 1u << 30;
+
+enum class Op : uint8_t {
+  kHello = 1,
+  kSet = 2,
+  kGet = 3,
+  kAdd = 4,
+  kWaitAtLeast = 5,
+  kDelete = 6,
+  kBye = 7,
+};
+
+// "SET", "WAIT_AT_LEAST", ...; "UNKNOWN" for a type not listed above.
+const char* OpName(Op op);
+// Whether requests of this type carry a key (all but HELLO and BYE).
+bool HasKey(Op op);
+
+// One request.  Only the fields of its type are encoded or decoded.
+struct Request {
+  Op op = Op::kHello;  // as received: may be a type not listed above
+  std::string key;     // SET, GET, ADD, WAIT_AT_LEAST, DELETE
+  int32_t rank = 0;    // HELLO
+  std::string value;   // SET
+  int64_t delta = 0;   // ADD
+  int64_t target = 0;  // WAIT_AT_LEAST
+  int64_t timeout_ms = 0;  // GET, WAIT_AT_LEAST: how long the server waits
+};
+
+// The request's payload (without the frame's length).
+std::string EncodeRequest(const Request& q);
+
+enum class Decoded {
+  kOk,         // *q is filled (an unknown type has only q->op)
+  kEmpty,      // no type byte
+  kBadKey,     // q->op is set, its key is missing or cut
+  kBadFields,  // q->op and q->key are set, the fields are wrong
+};
+Decoded DecodeRequest(std::string_view payload, Request* q);
+
+// A reply: st's code and message, then fields (EncodeValue/EncodeInt, or
+// nothing).  The payload, without the frame's length.
+std::string EncodeReply(const Status& st, std::string_view fields);
+
+struct Reply {
+  Status status;       // the server's answer
+  std::string fields;  // what followed the message
+};
+// nullopt when the payload is malformed.
+std::optional<Reply> DecodeReply(std::string_view payload);
+
+// The fields of a GET reply (a value) and of an ADD reply (an integer).
+// Decoding fails on missing or extra bytes.
+std::string EncodeValue(std::string_view value);
+bool DecodeValue(std::string_view fields, std::string* value);
+std::string EncodeInt(int64_t v);
+bool DecodeInt(std::string_view fields, int64_t* v);
+
+}  // namespace hixl::bootstrap::detail
