@@ -1,7 +1,8 @@
 """A bad local address never crashes Python: an int that is not memory this
 process registered or allocated through hixl, nor memory it can read (or
 write, where the call writes), raises a ValueError-like error naming the
-address and the size (hixl.InvalidArgumentError).  Valid int addresses keep working, registered and allocated
+address and the size (hixl.InvalidArgumentError; hixl.ParamInvalidError for
+hixl.Engine).  Valid int addresses keep working, registered and allocated
 memory without a system call (the known-region lookup).
 
 Each case runs in a child process, so that a crash (SIGSEGV) is a failure of
@@ -207,5 +208,47 @@ def test_known_regions_need_no_system_call_and_are_forgotten():
         assert slow_checks() > before
         hixl.deregister_memory(a)
         hixl.finalize()
+        assert hixl._hixl._stats()["known_ranges"] == 0  # the block went with finalize
     """)
 
+
+def test_engine_local_addresses():
+    out = run_child("""
+        server, client = hixl.Engine(), hixl.Engine()
+        for attempt in range(5):
+            name = "127.0.0.1:%d" % free_port()
+            try:
+                server.initialize(name, {"transport": "shm"})
+                break
+            except hixl.EngineError:
+                if attempt == 4:
+                    raise
+        client.initialize("127.0.0.1", {"transport": "shm"})
+        client.connect(name, timeout_ms=10000)
+        remote = np.zeros(4096, dtype=np.uint8)
+        server.register_mem(remote)
+        r = remote.ctypes.data
+        bad = dict(cls=hixl.ParamInvalidError)
+        refused(lambda: client.transfer_sync(name, hixl.WRITE, [(8, r, 8)]), "block 0", "0x8", "8 bytes", "read", **bad)
+        refused(lambda: client.transfer_sync(name, hixl.READ, [(8, r, 8)]), "0x8", "write", **bad)
+        refused(lambda: client.transfer_async(name, hixl.WRITE, [hixl.TransferOpDesc(8, r, 8)]), "0x8", **bad)
+        ro = pages(1, mmap.PROT_READ)
+        refused(lambda: client.transfer_sync(name, "read", [(ro, r, 64)]), hex(ro), "64 bytes", "write", **bad)
+        refused(lambda: client.register_mem(8, 8), "register_mem", "0x8", **bad)
+        # Valid ints work; the local side is found in the engine's registrations without a system call.
+        local = pages(1)
+        h = client.register_mem(local, PAGE)
+        ctypes.memset(local, 0x44, 64)
+        before = slow_checks()
+        client.transfer_sync(name, hixl.WRITE, [(local, r, 64), hixl.TransferOpDesc(local + 64, r + 64, 64)])
+        assert slow_checks() == before
+        assert (remote[:64] == 0x44).all() and (remote[64:128] == 0).all()
+        client.deregister_mem(h)
+        client.transfer_sync(name, hixl.READ, [(local, r + 64, 64)])
+        assert slow_checks() > before
+        assert ctypes.string_at(local, 64) == bytes(64)
+        client.finalize()
+        server.finalize()
+        assert hixl._hixl._stats()["known_ranges"] == 0  # the server's registration went with finalize
+    """)
+    assert out.count("refused:") == 5
