@@ -2,6 +2,7 @@
 #include "addresses.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -141,6 +142,25 @@ int ProbeReadable(uintptr_t addr, size_t n, uintptr_t* bad) {
   return 1;
 }
 
+// Whether [addr, addr + n) can be written, without writing it:
+// madvise(MADV_POPULATE_WRITE) faults its pages in writable, as a write
+// would (the call is about to write them anyway), and fails where a write
+// would fault.  Returns 1 (writable), 0 (*bad is the first byte that is not)
+// or -1 (cannot tell: an old kernel, a device mapping; ask /proc/self/maps).
+int ProbeWritable(uintptr_t addr, size_t n, uintptr_t* bad) {
+  const uintptr_t page = PageSize();
+  const uintptr_t begin = addr & ~(page - 1);
+  const uintptr_t end = (addr + n + page - 1) & ~(page - 1);
+  if (end <= begin) return -1;  // the last page of the address space
+  if (::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_WRITE) == 0) return 1;
+  if (errno != EFAULT && errno != ENOMEM) return -1;  // EINVAL: unknown advice, or not a plain mapping
+  // Not mapped (ENOMEM) or a write would fault (EFAULT): /proc/self/maps
+  // says where, unless the pages are mapped writable and only writing to
+  // them fails (a file mapping beyond the end of its file).
+  if (MapsAllow(addr, n, /*write=*/true, bad)) *bad = addr;
+  return 0;
+}
+
 }  // namespace
 
 bool MappedWritable(uintptr_t addr, size_t n) {
@@ -156,18 +176,23 @@ std::string LocalAddressProblem(uint64_t addr, size_t n, bool writable) {
   if (S().known.Covers(addr, n)) return {};  // the fast path: memory registered or allocated here
   ++S().address_slow_checks;
   uintptr_t bad = 0;
-  int readable = ProbeReadable(addr, n, &bad);
-  if (readable < 0) readable = MapsAllow(addr, n, /*write=*/false, &bad) ? 1 : 0;
-  if (readable == 0) {
-    return fmt::format(
-        "local address {:#x} ({} bytes) is not memory this process can {}: {:#x} is not readable (nor is the range "
-        "memory registered or allocated through hixl)",
-        addr, n, writable ? "write" : "read", bad);
+  if (writable) {  // a destination: only written
+    int w = ProbeWritable(addr, n, &bad);
+    if (w < 0) w = MapsAllow(addr, n, /*write=*/true, &bad) ? 1 : 0;
+    if (w == 0) {
+      return fmt::format(
+          "local address {:#x} ({} bytes) is not memory this process can write: {:#x} is not writable (nor is the "
+          "range memory registered or allocated through hixl)",
+          addr, n, bad);
+    }
+    return {};
   }
-  if (writable && !MapsAllow(addr, n, /*write=*/true, &bad)) {
+  int r = ProbeReadable(addr, n, &bad);
+  if (r < 0) r = MapsAllow(addr, n, /*write=*/false, &bad) ? 1 : 0;
+  if (r == 0) {
     return fmt::format(
-        "local address {:#x} ({} bytes) is not memory this process can write: {:#x} is not mapped writable (nor is the "
-        "range memory registered or allocated through hixl)",
+        "local address {:#x} ({} bytes) is not memory this process can read: {:#x} is not readable (nor is the range "
+        "memory registered or allocated through hixl)",
         addr, n, bad);
   }
   return {};

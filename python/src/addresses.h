@@ -1,4 +1,4 @@
-// Local int addresses: is [addr, addr + n) memory this process may read (and
+// Local int addresses: is [addr, addr + n) memory this process may read (or
 // write)?  A Python int taken as a local address is checked before any byte
 // of it is touched, so a bad int raises instead of crashing the interpreter.
 //
@@ -6,8 +6,10 @@
 // writable (blocks from hixl.alloc, memory registered with the world or an
 // engine), a sorted table with an O(log n) lookup and no system call.
 // Slow path, for anything else: process_vm_readv on this process probes one
-// byte of every page (never touching the memory itself), and for a range
-// that will be written /proc/self/maps must also show it writable.
+// byte of every page (never touching the memory itself), and a range that
+// will be written must instead pass madvise(MADV_POPULATE_WRITE), which faults
+// its pages in writable without writing them (/proc/self/maps where the
+// kernel cannot tell).
 // Objects that expose memory (numpy, torch, buffer protocol, hixl.Buffer)
 // are trusted as they are and never come here.
 #pragma once
@@ -38,8 +40,8 @@ class KnownRanges {
   std::map<uintptr_t, uintptr_t> merged_;                  // begin -> end: disjoint, not touching
 };
 
-// Why [addr, addr + n) cannot be a local buffer of a call that reads it (and
-// writes it, with `writable`), in words naming the address and the size; ""
+// Why [addr, addr + n) cannot be a local buffer of a call that reads it (or,
+// with `writable`, writes it), in words naming the address and the size; ""
 // when it can.  n == 0 is always fine (no byte is touched).
 std::string LocalAddressProblem(uint64_t addr, size_t n, bool writable);
 

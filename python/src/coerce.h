@@ -55,8 +55,8 @@ int64_t ClampTimeout(int64_t ms);
 
 // Raises hixl.InvalidArgumentError, naming `what`, the address and n,
 // unless m (an int address) is followed by n bytes this process may read
-// (and write, with `writable`): memory registered or allocated through hixl
-// (a table lookup), else memory the kernel says is readable (writable).
+// (write, with `writable`): memory registered or allocated through hixl (a
+// table lookup), else memory the kernel says is readable (writable).
 // Objects (m.sized) are trusted as they are.
 void CheckLocal(const Mem& m, size_t n, const std::string& what, bool writable);
 

@@ -17,7 +17,7 @@ import textwrap
 import pytest
 
 PRELUDE = r'''
-import ctypes, mmap, socket
+import ctypes, mmap, socket, tempfile
 import numpy as np
 import hixl
 
@@ -49,6 +49,19 @@ def unmapped():
     """An address where nothing is mapped."""
     p = pages(1)
     assert libc.munmap(p, PAGE) == 0
+    return p
+
+
+_files = []
+
+
+def beyond_eof():
+    """A shared mapping of an empty file: mapped read-write, but any access
+    faults (SIGBUS)."""
+    f = tempfile.TemporaryFile()
+    _files.append(f)
+    p = libc.mmap(None, PAGE, RW, mmap.MAP_SHARED, f.fileno(), 0)
+    assert p is not None and p != ctypes.c_void_p(-1).value, ctypes.get_errno()
     return p
 
 
@@ -97,6 +110,7 @@ def test_test_on_a_bad_word():
         refused(lambda: hixl.test(0, hixl.CMP_EQ, 0), "0x0")
         refused(lambda: hixl.test(unmapped(), hixl.CMP_EQ, 0), "read")
         refused(lambda: hixl.test(pages(1, PROT_NONE), hixl.CMP_EQ, 0), "read")
+        refused(lambda: hixl.test(beyond_eof(), hixl.CMP_EQ, 0), "read")
         g = guarded()
         refused(lambda: hixl.test(g + PAGE - 4, hixl.CMP_EQ, 0), hex(g + PAGE - 4), "8 bytes")  # straddles
         refused(lambda: hixl.test(2**64 - 4, hixl.CMP_EQ, 0), "0xfffffffffffffffc")             # wraps around
@@ -107,7 +121,7 @@ def test_test_on_a_bad_word():
         ctypes.c_uint64.from_address(g + PAGE - 8).value = 5
         assert hixl.test(g + PAGE - 8, hixl.CMP_EQ, 5)
     """)
-    assert out.count("refused:") == 6
+    assert out.count("refused:") == 7
 
 
 def test_wait_until_on_a_bad_word():
@@ -156,6 +170,9 @@ def test_get_into_a_bad_destination():
         refused(lambda: hixl.get(0, src, unmapped(), 64), "write")
         ro = pages(1, mmap.PROT_READ)
         refused(lambda: hixl.get(0, src, ro, 64), hex(ro), "64 bytes", "write")            # read-only
+        e = beyond_eof()
+        refused(lambda: hixl.get(0, src, e, 64), hex(e), "write")                           # SIGBUS on a write
+        refused(lambda: hixl.put(0, e, src, 64), hex(e), "read")                            # and on a read
         g = guarded()
         refused(lambda: hixl.get(0, src, g, PAGE + 1), hex(g), "write")                     # into the guard page
         hixl.get(0, src, g, PAGE)
