@@ -15,7 +15,13 @@
 Addresses are ints or objects that expose memory (CPU torch tensors, numpy
 arrays, anything with the buffer protocol, hixl.Buffer).  Symmetric memory
 from hixl.alloc(n) is a hixl.Buffer that numpy.frombuffer / torch.frombuffer
-view without a copy.  Failures raise hixl.HixlError subclasses.
+view without a copy.  An int taken as a local address (put's source, get's
+destination, a signal word, an engine block's local side) is checked before
+any byte of it is touched: memory registered or allocated through hixl is
+found in a table; anything else must be memory this process can read (and
+write, where the call writes), or the call raises hixl.InvalidArgumentError
+(hixl.ParamInvalidError for hixl.Engine), a ValueError, naming the address.
+Failures raise hixl.HixlError subclasses.
 
 A target learns that data arrived without taking part: put_signal() writes
 data and then a 64-bit signal word that the target waits on (wait_until,

@@ -61,6 +61,7 @@ void FreeBuffer(BufferObject* b, const char* api) {
   hixl::World& w = WorldOrRaise(api);
   b->state = kFreed;
   S().buffers.erase(b);
+  S().known.Remove(reinterpret_cast<uintptr_t>(b->ptr), b->nbytes);
   hixl::Status s;
   {
     py::gil_scoped_release nogil;
@@ -69,6 +70,7 @@ void FreeBuffer(BufferObject* b, const char* api) {
   if (!s.ok()) {
     b->state = kLive;
     S().buffers.insert(b);
+    S().known.Add(reinterpret_cast<uintptr_t>(b->ptr), b->nbytes);
     Check(s);
   }
 }
@@ -80,6 +82,7 @@ void BufferDealloc(PyObject* self) {
   if (b->state == kLive) {
     // The last reference is gone (every view holds one): the block goes too.
     S().buffers.erase(b);
+    S().known.Remove(reinterpret_cast<uintptr_t>(b->ptr), b->nbytes);
     if (S().world && !S().exiting) (void)S().world->Free(b->ptr);
   }
   if (b->rescued >= 0) {
@@ -255,6 +258,7 @@ BufferObject* NewBuffer(void* ptr, size_t nbytes) {
   b->state = kLive;
   b->rescued = -1;
   S().buffers.insert(b);
+  S().known.Add(reinterpret_cast<uintptr_t>(ptr), nbytes);
   return b;
 }
 
@@ -270,7 +274,10 @@ void AddBufferTypes(py::module_& m) {
 std::vector<Snapshot> ReleaseBlocks() {
   std::vector<BufferObject*> blocks(S().buffers.begin(), S().buffers.end());
   S().buffers.clear();
-  for (BufferObject* b : blocks) b->state = kReleased;
+  for (BufferObject* b : blocks) {
+    b->state = kReleased;
+    S().known.Remove(reinterpret_cast<uintptr_t>(b->ptr), b->nbytes);
+  }
   std::vector<Snapshot> saved;
   for (BufferObject* b : blocks) {
     if (b->views > 0) {

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 
+#include "addresses.h"
 #include "buffers.h"
 #include "errors.h"
 
@@ -199,10 +200,18 @@ uint64_t ToWord(py::handle h, const char* api, const char* name) {
 // overflowing; negative means HIXL_TIMEOUT_MS.
 int64_t ClampTimeout(int64_t ms) { return std::min<int64_t>(ms, int64_t{1} << 40); }
 
-// A local 64-bit word: an int address, or an object exposing memory (its
-// first 8 bytes).  The object is held (m.keep) while the call uses it.
+void CheckLocal(const Mem& m, size_t n, const std::string& what, bool writable) {
+  if (m.sized) return;
+  std::string problem = LocalAddressProblem(m.addr, n, writable);
+  if (!problem.empty()) RaiseInvalid(fmt::format("{}: {}", what, problem));
+}
+
+// A local 64-bit word: an int address (checked: 8 readable bytes), or an
+// object exposing memory (its first 8 bytes).  The object is held (m.keep)
+// while the call uses it.
 Mem ResolveLocalWord(py::handle h, const std::string& what) {
   Mem m = ResolveLocal(h, what, /*writable=*/false);
+  CheckLocal(m, 8, what, /*writable=*/false);
   if (m.sized && m.nbytes < 8) {
     RaiseInvalid(fmt::format("{}: a signal word is 8 bytes, and this {} has only {}", what, TypeName(h), m.nbytes));
   }

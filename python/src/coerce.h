@@ -53,8 +53,15 @@ uint64_t ToWord(py::handle h, const char* api, const char* name);
 // overflowing; negative means HIXL_TIMEOUT_MS.
 int64_t ClampTimeout(int64_t ms);
 
-// A local 64-bit word: an int address, or an object exposing memory (its
-// first 8 bytes).  The object is held (m.keep) while the call uses it.
+// Raises hixl.InvalidArgumentError, naming `what`, the address and n,
+// unless m (an int address) is followed by n bytes this process may read
+// (write, with `writable`): memory registered or allocated through hixl (a
+// table lookup), else memory the kernel says is readable (writable).
+// Objects (m.sized) are trusted as they are.
+void CheckLocal(const Mem& m, size_t n, const std::string& what, bool writable);
+
+// A local 64-bit word: an int address (checked: 8 readable bytes), or an
+// object exposing memory (its first 8 bytes).  The object is held (m.keep) while the call uses it.
 Mem ResolveLocalWord(py::handle h, const std::string& what);
 
 // A word on a peer: an int address, or symmetric memory (its first 8 bytes).

@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "addresses.h"
 #include "bindings.h"
 #include "coerce.h"
 #include "errors.h"
@@ -58,6 +59,13 @@ hixl::TransferOp ToOp(py::handle op) {
   }
 }
 
+// Raises ParamInvalidError unless [addr, addr + len) is local memory the
+// engine may read (and write, with `writable`); see addresses.h.
+void CheckLocalAddr(uint64_t addr, size_t len, const std::string& what, bool writable) {
+  std::string problem = LocalAddressProblem(addr, len, writable);
+  if (!problem.empty()) RaiseEngine(hixl::PARAM_INVALID, fmt::format("{}: {}", what, problem));
+}
+
 struct PyTransferReq {
   hixl::TransferReq req = nullptr;
   std::vector<Keep> keep;  // the local memory, alive until the final status
@@ -69,8 +77,11 @@ struct PyTransferReq {
 class PyEngine {
  public:
   ~PyEngine() {
-    py::gil_scoped_release nogil;
-    engine_.Finalize();
+    {
+      py::gil_scoped_release nogil;
+      engine_.Finalize();
+    }
+    ForgetKnown();
   }
 
   void Initialize(const std::string& local_engine, py::handle options) {
@@ -93,6 +104,7 @@ class PyEngine {
       engine_.Finalize();
     }
     registered_.clear();
+    ForgetKnown();
   }
 
   uint64_t RegisterMem(py::handle addr, py::handle size, py::handle mem_type) {
@@ -116,10 +128,21 @@ class PyEngine {
                     fmt::format("Engine.register_mem: size {} is larger than the object ({} bytes)", n, m.nbytes));
       }
     }
+    // Host memory at an int must be readable; it becomes known memory
+    // (addresses.h) only if it is writable too.  Objects are both.
+    bool known = false;
+    if (type == hixl::MEM_HOST) {
+      if (!m.sized) CheckLocalAddr(m.addr, n, "Engine.register_mem: addr", /*writable=*/false);
+      known = n > 0 && (m.sized || MappedWritable(m.addr, n));
+    }
     hixl::MemHandle h = nullptr;
     EngineCall([&] { return engine_.RegisterMem({m.addr, n}, type, h); });
     const auto handle = reinterpret_cast<uint64_t>(h);
     registered_[handle].push_back(std::move(m.keep));
+    if (known) {
+      S().known.Add(m.addr, n);
+      known_[handle].push_back({m.addr, n});
+    }
     return handle;
   }
 
@@ -131,6 +154,12 @@ class PyEngine {
     if (it != registered_.end()) {
       it->second.pop_back();
       if (it->second.empty()) registered_.erase(it);
+    }
+    auto k = known_.find(h);
+    if (k != known_.end()) {
+      S().known.Remove(k->second.back().first, k->second.back().second);
+      k->second.pop_back();
+      if (k->second.empty()) known_.erase(k);
     }
   }
 
@@ -150,7 +179,9 @@ class PyEngine {
     for (py::handle d : py::iter(descs)) {
       const std::string what = fmt::format("{}: block {}", api, i++);
       if (py::isinstance<hixl::TransferOpDesc>(d)) {
-        out.push_back(d.cast<hixl::TransferOpDesc>());
+        const auto desc = d.cast<hixl::TransferOpDesc>();
+        CheckLocalAddr(desc.local_addr, desc.len, what + " local_addr", /*writable=*/op == hixl::READ);
+        out.push_back(desc);
         continue;
       }
       if (!py::isinstance<py::tuple>(d) && !py::isinstance<py::list>(d)) {
@@ -175,6 +206,7 @@ class PyEngine {
         if (!m.sized) RaiseEngine(hixl::PARAM_INVALID, fmt::format("{}: size is required with an int address", what));
         n = m.nbytes;
       }
+      if (!m.sized) CheckLocalAddr(m.addr, n, what + " local", /*writable=*/op == hixl::READ);
       out.push_back({m.addr, remote, n});
       if (!m.keep.empty()) keep->push_back(std::move(m.keep));
     }
@@ -239,8 +271,18 @@ class PyEngine {
   }
 
  private:
+  // Drops every range this engine added to the known ranges.
+  void ForgetKnown() {
+    for (const auto& [handle, ranges] : known_) {
+      for (const auto& [addr, n] : ranges) S().known.Remove(addr, n);
+    }
+    known_.clear();
+  }
+
   hixl::Engine engine_;
   std::map<uint64_t, std::vector<Keep>> registered_;  // handle -> one Keep per registration
+  // handle -> the ranges added to S().known, one per registration
+  std::map<uint64_t, std::vector<std::pair<uint64_t, size_t>>> known_;
 };
 
 }  // namespace

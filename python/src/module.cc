@@ -8,6 +8,8 @@
 //               transfers in flight and by registrations
 //   buffers.*   hixl.Buffer, a raw CPython type exporting symmetric memory
 //   coerce.*    Python arguments -> addresses, sizes, words, timeouts
+//   addresses.* local int addresses checked before use: the known ranges
+//               (registered, allocated), else what the kernel says
 //   world.cc    init/finalize, alloc/free, register, put/get, fence/barrier,
 //               allgather
 //   signals.cc  put_signal, wait_until/test, remote atomics, notifications

@@ -32,6 +32,7 @@ void PutSignal(int dst_rank, py::handle src_addr, py::handle dst_addr, py::handl
   Mem local = ResolveLocal(src_addr, "hixl.put_signal: src_addr", false);
   Mem remote = ResolveRemote(dst_addr, "hixl.put_signal: dst_addr");
   size_t n = SizeFor("hixl.put_signal", local, "src_addr", remote, "dst_addr", size);
+  CheckLocal(local, n, "hixl.put_signal: src_addr", /*writable=*/false);
   // Like a put, the source is kept until the fence that completes it; also
   // after a failure, which may come after the data went out.
   Track(std::move(local.keep));

@@ -15,6 +15,8 @@
 #include <set>
 #include <vector>
 
+#include "addresses.h"
+
 namespace hixl_py {
 
 namespace py = pybind11;
@@ -56,6 +58,12 @@ struct State {
   uint64_t next_seq = 1;
   std::map<uint64_t, std::vector<Keep>> registered;  // address -> one Keep per registration
   std::vector<Rescued> rescued;
+  // Memory known to be valid local memory (addresses.h): the blocks in
+  // `buffers`, world registrations (world_known: address -> the sizes
+  // added), and every engine's registrations.
+  KnownRanges known;
+  std::map<uint64_t, std::vector<size_t>> world_known;
+  uint64_t address_slow_checks = 0;  // checks the known ranges did not answer
 };
 
 // The one State.  Deliberately leaked: nothing here may be destroyed after

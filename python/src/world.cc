@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "addresses.h"
 #include "bindings.h"
 #include "buffers.h"
 #include "coerce.h"
@@ -60,6 +61,10 @@ void Finalize() {
   const int lost = Rescue(saved);
   S().pending.clear();
   S().registered.clear();
+  for (const auto& [addr, sizes] : S().world_known) {
+    for (size_t n : sizes) S().known.Remove(addr, n);
+  }
+  S().world_known.clear();
   if (viewed > 0) {
     std::string msg =
         lost == 0
@@ -126,6 +131,10 @@ void RegisterMemory(py::handle addr, py::handle size) {
       RaiseInvalid(fmt::format("hixl.register_memory: size {} is larger than the object ({} bytes)", n, m.nbytes));
     }
   }
+  // An int must be readable memory (peers may read it); it becomes known
+  // memory (addresses.h) only if it is writable too.  Objects are both.
+  CheckLocal(m, n, "hixl.register_memory: addr", /*writable=*/false);
+  const bool known = m.sized || MappedWritable(m.addr, n);
   hixl::Status s;
   {
     py::gil_scoped_release nogil;
@@ -133,6 +142,10 @@ void RegisterMemory(py::handle addr, py::handle size) {
   }
   Check(s);
   if (!m.keep.empty()) S().registered[m.addr].push_back(std::move(m.keep));
+  if (known && n > 0) {
+    S().known.Add(m.addr, n);
+    S().world_known[m.addr].push_back(n);
+  }
 }
 
 void DeregisterMemory(py::handle addr) {
@@ -150,6 +163,15 @@ void DeregisterMemory(py::handle addr) {
     it->second.pop_back();
     if (it->second.empty()) S().registered.erase(it);
   }
+  // Which of several registrations at `a` went is not said: forget the
+  // largest, so that the known ranges never outgrow the registered ones.
+  auto k = S().world_known.find(a);
+  if (k != S().world_known.end()) {
+    auto largest = std::max_element(k->second.begin(), k->second.end());
+    S().known.Remove(a, *largest);
+    k->second.erase(largest);
+    if (k->second.empty()) S().world_known.erase(k);
+  }
 }
 
 void Put(int dst_rank, py::handle src_addr, py::handle dst_addr, py::handle size) {
@@ -157,6 +179,7 @@ void Put(int dst_rank, py::handle src_addr, py::handle dst_addr, py::handle size
   Mem local = ResolveLocal(src_addr, "hixl.put: src_addr", false);
   Mem remote = ResolveRemote(dst_addr, "hixl.put: dst_addr");
   size_t n = SizeFor("hixl.put", local, "src_addr", remote, "dst_addr", size);
+  CheckLocal(local, n, "hixl.put: src_addr", /*writable=*/false);
   uint64_t seq = Track(std::move(local.keep));
   hixl::Status s;
   {
@@ -172,6 +195,7 @@ void Get(int src_rank, py::handle src_addr, py::handle dst_addr, py::handle size
   Mem remote = ResolveRemote(src_addr, "hixl.get: src_addr");
   Mem local = ResolveLocal(dst_addr, "hixl.get: dst_addr", true);
   size_t n = SizeFor("hixl.get", local, "dst_addr", remote, "src_addr", size);
+  CheckLocal(local, n, "hixl.get: dst_addr", /*writable=*/true);
   uint64_t seq = Track(std::move(local.keep));
   hixl::Status s;
   {
@@ -307,6 +331,8 @@ py::dict Stats() {
   for (const auto& [addr, keeps] : S().registered) regs += keeps.size();
   d["registered_objects"] = regs;
   d["live_blocks"] = S().buffers.size();
+  d["known_ranges"] = S().known.size();
+  d["address_slow_checks"] = S().address_slow_checks;
   return d;
 }
 
