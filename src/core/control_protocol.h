@@ -11,7 +11,7 @@
 //                                                         caller to kInvalidate for that table
 //   kInvalidate  Invalidation                             "" (sent to every subscriber, awaited)
 //   kNotify      opaque bytes (the front door's)          "" or kQueueFull
-//   kHello       Hello (engine: a client introduces itself) HelloReply
+//   kHello       Hello (an engine client introduces itself) HelloReply
 //   kBye         -                                        "" (the client disconnects)
 //   kGone        -                                        "" (the server finalized)
 #pragma once
@@ -76,11 +76,11 @@ std::optional<NamedNotify> DecodeNamedNotify(std::string_view payload);
 // An engine (the client) introduces itself to the engine it connects to:
 // who it is and where its own control endpoint answers calls back.
 struct Hello {
-  uint64_t uuid = 0;            // tells a connection to oneself apart
-  std::string name;             // the client's engine address, as it was initialized
+  uint64_t uuid = 0;  // tells a connection to oneself apart
+  std::string name;   // the client's engine address, as it was initialized
   std::string callback_host;
   uint16_t callback_port = 0;
-  int32_t id_for_server = -1;   // the client's id for the server (the `from` of calls back)
+  int32_t id_for_server = -1;  // the client's id for the server (the `from` of calls back)
 };
 std::string Encode(const Hello& m);
 std::optional<Hello> DecodeHello(std::string_view payload);

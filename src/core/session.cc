@@ -92,9 +92,8 @@ Status Session::Flush() {
 
 Status Session::Listen(const std::string& host, uint16_t port, Delegate* delegate) {
   delegate_ = delegate;
-  HIXL_ASSIGN_OR_RETURN(server_, bootstrap::ControlServer::Start(
-                                     host, [this](int from, uint8_t type, std::string_view p) { return Serve(from, type, p); },
-                                     port));
+  auto serve = [this](int from, uint8_t type, std::string_view p) { return Serve(from, type, p); };
+  HIXL_ASSIGN_OR_RETURN(server_, bootstrap::ControlServer::Start(host, serve, port));
   return Status::Ok();
 }
 
