@@ -106,7 +106,7 @@ Status WorldImpl::Start() {
   sopts.transports.shm_thp = cfg_.shm_thp;
   sopts.transports.net_dev = cfg_.net_dev;
   if (cfg_.transport != bootstrap::TransportChoice::kAuto) {
-    sopts.transports.only = cfg_.transport == bootstrap::TransportChoice::kShm ? "shm" : "ucx";
+    sopts.transports.only = std::string(bootstrap::TransportChoiceName(cfg_.transport));
   }
   auto session = Session::Create(sopts);
   if (!session.ok()) {
