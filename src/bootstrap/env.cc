@@ -17,32 +17,25 @@ GetEnv ProcessEnv() {
 
 namespace {
 
-Result<int64_t> ParseInt(const std::string& name, const std::string& text, int64_t lo, int64_t hi) {
+Result<int64_t> ParseInt(std::string_view name, const std::string& text, int64_t lo, int64_t hi,
+                         Errc code = Errc::kBootstrap) {
   int64_t v = 0;
   const char* end = text.data() + text.size();
   auto [p, ec] = std::from_chars(text.data(), end, v);
   if (ec != std::errc() || p != end || text.empty()) {
-    return Err(Errc::kBootstrap, "{}='{}' is not an integer", name, text);
+    return Err(code, "{}='{}' is not an integer", name, text);
   }
   if (v < lo || v > hi) {
-    return Err(Errc::kBootstrap, "{}={} is out of range [{}, {}]", name, v, lo, hi);
+    return Err(code, "{}={} is out of range [{}, {}]", name, v, lo, hi);
   }
   return v;
 }
 
-// An on/off variable: 0/false/no/off or 1/true/yes/on (empty: on); absent
-// leaves *out as it is.
-Status ParseSwitch(const GetEnv& env, const char* name, bool* out) {
-  auto m = env(name);
-  if (!m) return Status::Ok();
-  if (*m == "0" || *m == "false" || *m == "no" || *m == "off") {
-    *out = false;
-  } else if (*m == "1" || *m == "true" || *m == "yes" || *m == "on" || m->empty()) {
-    *out = true;
-  } else {
-    return Err(Errc::kBootstrap, "{}='{}' must be 0 or 1", name, *m);
-  }
-  return Status::Ok();
+// An on/off value: 0/false/no/off or 1/true/yes/on (empty: on).
+Result<bool> ParseSwitch(std::string_view name, const std::string& text) {
+  if (text == "0" || text == "false" || text == "no" || text == "off") return false;
+  if (text == "1" || text == "true" || text == "yes" || text == "on" || text.empty()) return true;
+  return Err(Errc::kInvalidArg, "{}='{}' must be 0 or 1 (or false/true, no/yes, off/on)", name, text);
 }
 
 struct RankVars {
@@ -61,6 +54,41 @@ constexpr RankVars kRankVars[] = {
 };
 
 }  // namespace
+
+std::string_view TransportChoiceName(TransportChoice t) {
+  switch (t) {
+    case TransportChoice::kShm: return "shm";
+    case TransportChoice::kUcx: return "ucx";
+    default: return "auto";
+  }
+}
+
+Status ParseSharedOption(std::string_view option, std::string_view shown, const std::string& text, SharedOptions* out) {
+  if (option == "timeout_ms") {
+    HIXL_ASSIGN_OR_RETURN(out->timeout_ms, ParseInt(shown, text, 1, int64_t{1} << 40, Errc::kInvalidArg));
+  } else if (option == "notify_queue_depth") {
+    HIXL_ASSIGN_OR_RETURN(out->notify_queue_depth, ParseInt(shown, text, 1, 1 << 24, Errc::kInvalidArg));
+  } else if (option == "transport") {
+    if (text == "auto" || text.empty()) {
+      out->transport = TransportChoice::kAuto;
+    } else if (text == "shm") {
+      out->transport = TransportChoice::kShm;
+    } else if (text == "ucx") {
+      out->transport = TransportChoice::kUcx;
+    } else {
+      return Err(Errc::kInvalidArg, "{}='{}' is not one of auto, shm, ucx", shown, text);
+    }
+  } else if (option == "net_dev") {
+    out->net_dev = text;
+  } else if (option == "shm_cma") {
+    HIXL_ASSIGN_OR_RETURN(out->shm_cma, ParseSwitch(shown, text));
+  } else if (option == "shm_thp") {
+    HIXL_ASSIGN_OR_RETURN(out->shm_thp, ParseSwitch(shown, text));
+  } else {
+    return Err(Errc::kInternal, "'{}' is not a shared option", option);
+  }
+  return Status::Ok();
+}
 
 Result<Config> ParseConfig(const GetEnv& env) {
   Config c;
@@ -110,26 +138,12 @@ Result<Config> ParseConfig(const GetEnv& env) {
                c.world_size, c.rank_source);
   }
 
-  if (auto t = env("HIXL_TIMEOUT_MS")) {
-    HIXL_ASSIGN_OR_RETURN(c.timeout_ms, ParseInt("HIXL_TIMEOUT_MS", *t, 1, int64_t{1} << 40));
-  }
-  if (auto t = env("HIXL_TRANSPORT")) {
-    if (*t == "auto" || t->empty()) {
-      c.transport = TransportChoice::kAuto;
-    } else if (*t == "shm") {
-      c.transport = TransportChoice::kShm;
-    } else if (*t == "ucx") {
-      c.transport = TransportChoice::kUcx;
-    } else {
-      return Err(Errc::kBootstrap, "HIXL_TRANSPORT='{}' is not one of auto, shm, ucx", *t);
+  for (const SharedSwitch& sw : kSharedSwitches) {
+    if (auto v = env(sw.variable)) {
+      Status s = ParseSharedOption(sw.option, sw.variable, *v, &c);
+      if (!s.ok()) return Status(Errc::kBootstrap, s.message());
     }
   }
-  if (auto d = env("HIXL_NET_DEV")) c.net_dev = *d;
-  if (auto q = env("HIXL_NOTIFY_QUEUE_DEPTH")) {
-    HIXL_ASSIGN_OR_RETURN(c.notify_queue_depth, ParseInt("HIXL_NOTIFY_QUEUE_DEPTH", *q, 1, 1 << 24));
-  }
-  HIXL_RETURN_IF_ERROR(ParseSwitch(env, "HIXL_SHM_CMA", &c.shm_cma));
-  HIXL_RETURN_IF_ERROR(ParseSwitch(env, "HIXL_SHM_THP", &c.shm_thp));
   if (auto l = env("HIXL_LOG_LEVEL")) {
     if (*l != "error" && *l != "warn" && *l != "info" && *l != "debug" && *l != "trace") {
       return Err(Errc::kBootstrap, "HIXL_LOG_LEVEL='{}' is not one of error, warn, info, debug", *l);

@@ -6,6 +6,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "core/status.h"
 
@@ -13,7 +14,40 @@ namespace hixl::bootstrap {
 
 enum class TransportChoice { kAuto, kShm, kUcx };
 
-struct Config {
+// The switches that every front door takes, with one meaning everywhere:
+// the world reads them from HIXL_* variables, the engine from its options
+// (which default to the same variables).  See kSharedSwitches.
+struct SharedOptions {
+  int64_t timeout_ms = 60000;  // HIXL_TIMEOUT_MS
+  TransportChoice transport = TransportChoice::kAuto;  // HIXL_TRANSPORT
+  std::string net_dev;   // HIXL_NET_DEV
+  bool shm_cma = true;   // HIXL_SHM_CMA
+  bool shm_thp = true;   // HIXL_SHM_THP: huge-page advice for large registered regions
+  int64_t notify_queue_depth = 1024;  // HIXL_NOTIFY_QUEUE_DEPTH
+};
+
+// Each shared switch: its name as an engine option, and its variable.
+struct SharedSwitch {
+  const char* option;
+  const char* variable;
+};
+inline constexpr SharedSwitch kSharedSwitches[] = {
+    {"timeout_ms", "HIXL_TIMEOUT_MS"}, {"transport", "HIXL_TRANSPORT"},
+    {"net_dev", "HIXL_NET_DEV"},       {"notify_queue_depth", "HIXL_NOTIFY_QUEUE_DEPTH"},
+    {"shm_cma", "HIXL_SHM_CMA"},       {"shm_thp", "HIXL_SHM_THP"},
+};
+
+// Parses `text` as the value of the shared switch `option` (a name of
+// kSharedSwitches) into *out.  Switches are 0/false/no/off or
+// 1/true/yes/on, and empty means on; an empty transport means auto.  On a
+// malformed value returns kInvalidArg with a message naming `shown` (the
+// variable or option as the user wrote it); *out is then unchanged.
+Status ParseSharedOption(std::string_view option, std::string_view shown, const std::string& text, SharedOptions* out);
+
+// The name of a transport choice: "auto", "shm", "ucx".
+std::string_view TransportChoiceName(TransportChoice t);
+
+struct Config : SharedOptions {
   int rank = 0;
   int world_size = 1;
   int local_rank = 0;
@@ -23,13 +57,7 @@ struct Config {
   // No MASTER_PORT, but the launcher is a PMIx server (mpirun, oshrun,
   // srun --mpi=pmix): rank 0 publishes the store's address through PMIx.
   bool pmix_rendezvous = false;
-  int64_t timeout_ms = 60000;  // HIXL_TIMEOUT_MS
-  TransportChoice transport = TransportChoice::kAuto;
-  std::string net_dev;   // HIXL_NET_DEV
-  bool shm_cma = true;   // HIXL_SHM_CMA
-  bool shm_thp = true;   // HIXL_SHM_THP: huge-page advice for large registered regions
   std::string log_level = "warn";
-  int64_t notify_queue_depth = 1024;  // HIXL_NOTIFY_QUEUE_DEPTH
   std::string rank_source = "none";  // which variables gave the rank, for messages
 };
 

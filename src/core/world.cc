@@ -16,11 +16,6 @@ namespace hixl::core {
 
 namespace {
 
-// Control-plane request types.
-constexpr uint8_t kFetchTable = 1;   // -> RegionTable::Serialize()
-constexpr uint8_t kInvalidate = 2;   // [u64 generation][u64 base][u64 len] -> ""
-// kNotifyRequest (world.h) = 3: [bytes] -> "" (or kQueueFull)
-
 std::mutex g_mu;                          // init / finalize
 std::atomic<WorldImpl*> g_world{nullptr};  // deliberately leaked at exit without finalize
 bool g_finalized = false;
@@ -58,12 +53,12 @@ Status FinalizeCurrent() {
   return s;
 }
 
-WorldImpl::WorldImpl(const bootstrap::Config& config) : cfg_(config) {}
+WorldImpl::WorldImpl(const bootstrap::Config& config)
+    : cfg_(config), notifications_(static_cast<size_t>(config.notify_queue_depth)) {}
 
 WorldImpl::~WorldImpl() {
   // Stop every thread before the state it uses goes away.
-  control_server_.reset();
-  for (auto& t : transports_) t->Shutdown();
+  if (session_) session_->Shutdown();
 }
 
 Result<std::unique_ptr<WorldImpl>> WorldImpl::Create(const bootstrap::Config& config) {
@@ -121,19 +116,22 @@ Status WorldImpl::Start() {
   HIXL_RETURN_IF_ERROR(PlaceHeap());
 
   // 3. Transports.
-  transport::Options topts;
-  topts.shm_cma = cfg_.shm_cma;
-  topts.shm_thp = cfg_.shm_thp;
-  topts.net_dev = cfg_.net_dev;
+  Session::Options sopts;
+  sopts.self_id = cfg_.rank;
+  sopts.timeout_ms = cfg_.timeout_ms;
+  sopts.transports.shm_cma = cfg_.shm_cma;
+  sopts.transports.shm_thp = cfg_.shm_thp;
+  sopts.transports.net_dev = cfg_.net_dev;
   if (cfg_.transport != bootstrap::TransportChoice::kAuto) {
-    topts.only = cfg_.transport == bootstrap::TransportChoice::kShm ? "shm" : "ucx";
+    sopts.transports.only = std::string(bootstrap::TransportChoiceName(cfg_.transport));
   }
-  auto ts = transport::CreateTransports(this, topts);
-  if (!ts.ok()) {
-    return topts.only.empty() ? ts.status()
-                              : Err(ts.status().code(), "HIXL_TRANSPORT={} but {}", topts.only, ts.status().message());
+  auto session = Session::Create(sopts);
+  if (!session.ok()) {
+    const std::string& only = sopts.transports.only;
+    return only.empty() ? session.status()
+                        : Err(session.status().code(), "HIXL_TRANSPORT={} but {}", only, session.status().message());
   }
-  transports_ = std::move(ts.value());
+  session_ = std::move(session.value());
 
   // 4. Peers.
   return ConnectPeers();
@@ -168,94 +166,42 @@ Status WorldImpl::PlaceHeap() {
 Status WorldImpl::ConnectPeers() {
   const int n = size();
   peers_.resize(static_cast<size_t>(n));
-  for (auto& p : peers_) p = std::make_unique<Peer>();
 
-  const std::string my_host = n > 1 ? net::LocalAddressTowards(cfg_.master_addr, cfg_.master_port) : "127.0.0.1";
-  if (n > 1) {
-    HIXL_ASSIGN_OR_RETURN(control_server_,
-                          bootstrap::ControlServer::Start(my_host, [this](int from, uint8_t type, std::string_view p) {
-                            return HandleControl(from, type, p);
-                          }));
-  }
-  net::Writer info;
-  info.PutBytes(my_host).Put<uint16_t>(control_server_ ? control_server_->port() : 0);
-  info.Put<uint32_t>(static_cast<uint32_t>(transports_.size()));
-  for (auto& t : transports_) info.PutBytes(t->name()).PutBytes(t->LocalAddress());
-  HIXL_RETURN_IF_ERROR(store_->Set(fmt::format("peer/{}", rank()), info.str()));
+  PeerRecord mine;
+  mine.host = n > 1 ? net::LocalAddressTowards(cfg_.master_addr, cfg_.master_port) : "127.0.0.1";
+  if (n > 1) HIXL_RETURN_IF_ERROR(session_->Listen(mine.host, 0, this));
+  mine.port = session_->port();
+  mine.addresses = session_->Addresses();
+  HIXL_RETURN_IF_ERROR(store_->Set(fmt::format("peer/{}", rank()), Encode(mine)));
 
   for (int r = 0; r < n; ++r) {
     auto blob = store_->Get(fmt::format("peer/{}", r), cfg_.timeout_ms);
     if (!blob.ok()) return Err(blob.status().code(), "waiting for rank {} to join: {}", r, blob.status().message());
-    net::Reader rd(blob.value());
-    std::string host;
-    uint16_t port = 0;
-    uint32_t count = 0;
-    if (!rd.GetBytes(&host) || !rd.Get(&port) || !rd.Get(&count)) {
-      return Err(Errc::kBootstrap, "malformed peer record for rank {}", r);
-    }
-    std::map<std::string, std::string> addrs;
-    for (uint32_t i = 0; i < count; ++i) {
-      std::string name, addr;
-      if (!rd.GetBytes(&name) || !rd.GetBytes(&addr)) return Err(Errc::kBootstrap, "malformed peer record for rank {}", r);
-      addrs.emplace(std::move(name), std::move(addr));
-    }
-    Peer& p = *peers_[static_cast<size_t>(r)];
-    for (auto& t : transports_) {
-      auto it = addrs.find(std::string(t->name()));
-      if (it != addrs.end() && t->CanReach(it->second)) {
-        HIXL_RETURN_IF_ERROR(t->Connect(r, it->second));
-        p.transport = t.get();
-        break;
-      }
-    }
-    if (!p.transport) {
-      std::string have;
-      for (auto& t : transports_) have += (have.empty() ? "" : ", ") + std::string(t->name());
+    std::optional<PeerRecord> rec = DecodePeerRecord(blob.value());
+    if (!rec) return Err(Errc::kBootstrap, "malformed peer record for rank {}", r);
+    Session::Choice c = session_->Pick(rec->addresses);
+    if (!c.transport) {
       return Err(Errc::kUnsupported,
                  "rank {} (at {}) is not reachable with the transports in use here ({}): it is on another host"
                  "{}",
-                 r, host, have,
-                 cfg_.transport == bootstrap::TransportChoice::kShm ? " and HIXL_TRANSPORT=shm allows only same-host peers"
-                                                                   : " and no network transport is available");
+                 r, rec->host, session_->TransportNames(),
+                 session_->ReachesOtherHosts() ? ""
+                 : cfg_.transport == bootstrap::TransportChoice::kShm
+                     ? " and HIXL_TRANSPORT=shm allows only same-host peers"
+                     : " and no network transport is available");
     }
-    if (r != rank()) p.control = std::make_unique<bootstrap::ControlClient>(rank(), r, host, port);
+    HIXL_RETURN_IF_ERROR(c.transport->Connect(r, c.address));
+    const bool self = r == rank();
+    auto control = self ? nullptr : std::make_shared<bootstrap::ControlClient>(rank(), r, rec->host, rec->port);
+    peers_[static_cast<size_t>(r)] = std::make_shared<PeerSession>(r, fmt::format("rank {}", r), c.transport,
+                                                                   std::move(control),
+                                                                   self ? &session_->registry() : nullptr);
+    if (self) session_->set_self_peer(peers_[static_cast<size_t>(r)]);
   }
   return Barrier();
 }
 
-bool WorldImpl::AccessLocalRange(uint64_t addr, uint64_t len, const std::function<void()>& fn) const {
-  return registry_.Access(addr, len, fn);
-}
-
 // ------------------------------------------------------------------ memory
-
-Status WorldImpl::AddRegion(LocalRegistry::Region region) {
-  return AddRegionEverywhere(registry_, transports_, std::move(region));
-}
-
-Status WorldImpl::RemoveRegion(uint64_t base, bool heap) {
-  std::optional<LocalRegistry::Region> removed;
-  HIXL_RETURN_IF_ERROR(registry_.Remove(base, heap, &removed));
-  if (!removed) return Status::Ok();  // references remain
-  const uint64_t gen = registry_.generation();
-  const uint64_t len = removed->desc.len;
-  peers_[static_cast<size_t>(rank())]->table.Invalidate(gen, base, len);
-  // Every peer that holds a copy of our table forgets the region before we
-  // return, so no access reaches it afterwards.
-  std::set<int> subs;
-  {
-    std::lock_guard lock(subscribers_mu_);
-    subs = subscribers_;
-  }
-  net::Writer w;
-  w.Put(gen).Put(base).Put(len);
-  for (int r : subs) {
-    auto res = peers_[static_cast<size_t>(r)]->control->Call(kInvalidate, w.str(), cfg_.timeout_ms);
-    if (!res.ok()) HIXL_LOG_DEBUG("rank {} did not acknowledge a deregistration: {}", r, res.status().message());
-  }
-  for (auto& t : transports_) t->DeregisterRegion(removed->desc);
-  return Status::Ok();
-}
 
 Result<void*> WorldImpl::Alloc(size_t size) {
   HIXL_ASSIGN_OR_RETURN(SymmetricHeap::Block b, heap_->Alloc(size));
@@ -267,7 +213,7 @@ Result<void*> WorldImpl::Alloc(size_t size) {
   r.desc.segment_id = b.segment_id;
   r.desc.segment_offset = b.segment_offset;
   r.desc.segment_size = b.segment_size;
-  Status s = AddRegion(std::move(r));
+  Status s = session_->AddRegion(std::move(r));
   if (!s.ok()) {
     (void)heap_->Free(b.ptr);
     return s;
@@ -278,7 +224,7 @@ Result<void*> WorldImpl::Alloc(size_t size) {
 Status WorldImpl::Free(void* ptr) {
   if (!ptr) return Status::Ok();
   if (!heap_->Contains(ptr)) return Err(Errc::kInvalidArg, "hixl_free: {} is not symmetric memory from hixl_alloc", ptr);
-  Status s = RemoveRegion(reinterpret_cast<uint64_t>(ptr), true);
+  Status s = session_->RemoveRegion(reinterpret_cast<uint64_t>(ptr), true);
   if (!s.ok()) return Err(s.code(), "hixl_free: {}", s.message());
   auto freed = heap_->Free(ptr);
   return freed.status();
@@ -292,14 +238,14 @@ Status WorldImpl::Register(void* addr, size_t size) {
   LocalRegistry::Region r;
   r.desc.base = base;
   r.desc.len = size;
-  Status s = AddRegion(std::move(r));
+  Status s = session_->AddRegion(std::move(r));
   if (!s.ok()) return Err(s.code(), "hixl_register_memory: {}", s.message());
   return s;
 }
 
 Status WorldImpl::Deregister(void* addr) {
   if (!addr) return Err(Errc::kInvalidArg, "hixl_deregister_memory: addr is NULL");
-  Status s = RemoveRegion(reinterpret_cast<uint64_t>(addr), false);
+  Status s = session_->RemoveRegion(reinterpret_cast<uint64_t>(addr), false);
   if (!s.ok()) return Err(s.code(), "hixl_deregister_memory: {}", s.message());
   return s;
 }
@@ -319,54 +265,45 @@ Status WorldImpl::CheckRemote(const char* op, int peer, uint64_t addr, const voi
 }
 
 Result<const PeerTable::Entry*> WorldImpl::Lookup(const char* op, int peer, uint64_t addr, size_t size) {
-  Peer& p = *peers_[static_cast<size_t>(peer)];
-  if (const PeerTable::Entry* e = p.table.Find(addr, size)) return e;
-  // A miss: the peer may have registered since we last looked.
-  HIXL_RETURN_IF_ERROR(Refresh(peer));
-  if (const PeerTable::Entry* e = p.table.Find(addr, size)) return e;
+  // A miss refreshes the table: the peer may have registered since we last looked.
+  HIXL_ASSIGN_OR_RETURN(const PeerTable::Entry* e, this->peer(peer).Find(addr, size, cfg_.timeout_ms));
+  if (e) return e;
   return Err(Errc::kNotRegistered,
              "Remote memory not registered: rank {} has no registered region holding {} bytes at {:#x} "
              "(the range [{:#x}, {:#x}) must lie inside one region that rank registered or allocated) [{}]",
              peer, size, addr, addr, addr + size, op);
 }
 
-Status WorldImpl::Refresh(int peer) {
-  Peer& p = *peers_[static_cast<size_t>(peer)];
-  std::lock_guard lock(p.refresh_mu);
-  return RefreshPeerTable(p.table, *p.transport, peer, fmt::format("rank {}", peer), [&]() -> Result<RegionTable> {
-    if (peer == rank()) return registry_.Table();
-    auto bytes = p.control->Call(kFetchTable, {}, cfg_.timeout_ms);
-    if (!bytes.ok()) {
-      return Err(bytes.status().code(), "fetching the region table of rank {}: {}", peer, bytes.status().message());
-    }
-    return RegionTable::Parse(bytes.value());
-  });
+// ----------------------------------------------------- control requests
+
+Status WorldImpl::CheckFrom(int from) const {
+  if (from < 0 || from >= size() || from == rank()) {
+    return Err(Errc::kInvalidRank, "control request from unknown rank {}", from);
+  }
+  return Status::Ok();
 }
 
-Result<std::string> WorldImpl::HandleControl(int from, uint8_t type, std::string_view payload) {
-  if (from < 0 || from >= size()) return Err(Errc::kInvalidRank, "control request from unknown rank {}", from);
-  switch (type) {
-    case kFetchTable: {
-      {
-        std::lock_guard lock(subscribers_mu_);
-        subscribers_.insert(from);
-      }
-      return registry_.Table().Serialize();
-    }
-    case kInvalidate: {
-      net::Reader rd(payload);
-      uint64_t gen = 0, base = 0, len = 0;
-      if (!rd.Get(&gen) || !rd.Get(&base) || !rd.Get(&len)) return Err(Errc::kInvalidArg, "malformed invalidation");
-      peers_[static_cast<size_t>(from)]->table.Invalidate(gen, base, len);
-      return std::string();
-    }
-    case kNotifyRequest: {
-      HIXL_RETURN_IF_ERROR(EnqueueNotification(from, std::string(payload)));
-      return std::string();
-    }
-    default:
-      return Err(Errc::kInvalidArg, "unknown control request {}", type);
-  }
+Result<Session::Subscriber> WorldImpl::SubscriberFor(int from) {
+  HIXL_RETURN_IF_ERROR(CheckFrom(from));
+  // Peers ask only after the barrier that ends ConnectPeers; this guards against a peer that does not.
+  if (!peers_[static_cast<size_t>(from)]) return Err(Errc::kInvalidRank, "rank {} has not joined yet", from);
+  return Session::Subscriber{peer(from).who(), peer(from).control()};
+}
+
+Result<std::shared_ptr<PeerSession>> WorldImpl::PeerFor(int from) {
+  HIXL_RETURN_IF_ERROR(CheckFrom(from));
+  return peers_[static_cast<size_t>(from)];
+}
+
+Status WorldImpl::Notified(int from, std::string_view payload) {
+  HIXL_RETURN_IF_ERROR(CheckFrom(from));
+  return EnqueueNotification(from, std::string(payload));
+}
+
+Result<std::string> WorldImpl::Other(int from, uint8_t type, std::string_view payload) {
+  (void)payload;
+  HIXL_RETURN_IF_ERROR(CheckFrom(from));
+  return Err(Errc::kInvalidArg, "unknown control request {}", type);
 }
 
 Status WorldImpl::Put(int dst_rank, const void* src, uint64_t dst_addr, size_t size) {
@@ -375,7 +312,7 @@ Status WorldImpl::Put(int dst_rank, const void* src, uint64_t dst_addr, size_t s
   }
   HIXL_RETURN_IF_ERROR(CheckRemote("hixl_put", dst_rank, dst_addr, src, size));
   HIXL_ASSIGN_OR_RETURN(const PeerTable::Entry* e, Lookup("hixl_put", dst_rank, dst_addr, size));
-  return peers_[static_cast<size_t>(dst_rank)]->transport->Put(dst_rank, *e->key, src, dst_addr, size);
+  return peer(dst_rank).transport().Put(dst_rank, *e->key, src, dst_addr, size);
 }
 
 Status WorldImpl::Get(int src_rank, uint64_t src_addr, void* dst, size_t size) {
@@ -384,17 +321,10 @@ Status WorldImpl::Get(int src_rank, uint64_t src_addr, void* dst, size_t size) {
   }
   HIXL_RETURN_IF_ERROR(CheckRemote("hixl_get", src_rank, src_addr, dst, size));
   HIXL_ASSIGN_OR_RETURN(const PeerTable::Entry* e, Lookup("hixl_get", src_rank, src_addr, size));
-  return peers_[static_cast<size_t>(src_rank)]->transport->Get(src_rank, *e->key, src_addr, dst, size);
+  return peer(src_rank).transport().Get(src_rank, *e->key, src_addr, dst, size);
 }
 
-Status WorldImpl::Fence() {
-  Status first;
-  for (auto& t : transports_) {
-    Status s = t->Flush();
-    if (first.ok() && !s.ok()) first = s;
-  }
-  return first;
-}
+Status WorldImpl::Fence() { return session_->Flush(); }
 
 Status WorldImpl::Barrier() {
   HIXL_RETURN_IF_ERROR(Fence());
@@ -445,8 +375,7 @@ Status WorldImpl::Finalize() {
   if (finalized_) return Status::Ok();
   finalized_ = true;
   Status s = Barrier();  // fences, and nobody leaves while others still work
-  control_server_.reset();
-  for (auto& t : transports_) t->Shutdown();
+  session_->Shutdown();
   if (tcp_store_) {
     if (rank() == 0) {
       // Host the store until everyone has said goodbye.
@@ -464,7 +393,7 @@ Status WorldImpl::Finalize() {
 
 std::string_view WorldImpl::TransportFor(int peer) const {
   if (peer < 0 || peer >= size()) return "";
-  return peers_[static_cast<size_t>(peer)]->transport->name();
+  return this->peer(peer).transport().name();
 }
 
 }  // namespace hixl::core

@@ -1,38 +1,35 @@
-// The world: this process's rank, its store connection, its memory, its
-// transports, and the cached region tables of its peers.  There is at most
+// The world: this process's rank, its store connection, its symmetric heap,
+// and its session (core/session.h: transports, memory, control endpoint,
+// one PeerSession per rank).  There is at most
 // one per process (see Current()); the public C and C++ APIs are thin layers
 // over it.
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
-#include <deque>
 #include <memory>
-#include <mutex>
-#include <set>
 #include <string>
 #include <vector>
 
-#include "bootstrap/control.h"
 #include "bootstrap/env.h"
 #include "bootstrap/store.h"
 #include "core/heap.h"
+#include "core/notify_queue.h"
 #include "core/registry.h"
+#include "core/session.h"
 #include "core/status.h"
 #include "transport/transport.h"
 
 namespace hixl::core {
 
-class WorldImpl final : public transport::Host {
+class WorldImpl final : private Session::Delegate {
  public:
   // Joins the world the environment describes.  Collective.
   static Result<std::unique_ptr<WorldImpl>> Create(const bootstrap::Config& config);
   ~WorldImpl() override;
 
-  int rank() const override { return cfg_.rank; }
+  int rank() const { return cfg_.rank; }
   int size() const { return cfg_.world_size; }
-  int64_t timeout_ms() const override { return cfg_.timeout_ms; }
-  bool AccessLocalRange(uint64_t addr, uint64_t len, const std::function<void()>& fn) const override;
+  int64_t timeout_ms() const { return cfg_.timeout_ms; }
 
   Result<void*> Alloc(size_t size);
   Status Free(void* ptr);
@@ -63,13 +60,6 @@ class WorldImpl final : public transport::Host {
   std::string_view TransportFor(int peer) const;
 
  private:
-  struct Peer {
-    transport::Transport* transport = nullptr;
-    std::unique_ptr<bootstrap::ControlClient> control;
-    PeerTable table;
-    std::mutex refresh_mu;  // one refresh at a time per peer
-  };
-
   explicit WorldImpl(const bootstrap::Config& config);
   Status Start();
   Status PlaceHeap();
@@ -77,37 +67,32 @@ class WorldImpl final : public transport::Host {
 
   Status CheckRemote(const char* op, int peer, uint64_t addr, const void* local, size_t size) const;
   Result<const PeerTable::Entry*> Lookup(const char* op, int peer, uint64_t addr, size_t size);
-  Status Refresh(int peer);
-  Status AddRegion(LocalRegistry::Region region);
-  Status RemoveRegion(uint64_t base, bool heap);
-  Result<std::string> HandleControl(int from, uint8_t type, std::string_view payload);
+  PeerSession& peer(int r) const { return *peers_[static_cast<size_t>(r)]; }
+
+  // Session::Delegate: control requests from rank `from`.
+  Result<Session::Subscriber> SubscriberFor(int from) override;
+  Result<std::shared_ptr<PeerSession>> PeerFor(int from) override;
+  Status Notified(int from, std::string_view payload) override;
+  Result<std::string> Other(int from, uint8_t type, std::string_view payload) override;
+  Status CheckFrom(int from) const;
 
   bootstrap::Config cfg_;
   std::unique_ptr<bootstrap::TcpStoreServer> store_server_;
   std::unique_ptr<bootstrap::Store> store_;
   bootstrap::TcpStoreClient* tcp_store_ = nullptr;  // store_, when it is one
   std::unique_ptr<SymmetricHeap> heap_;
-  std::vector<std::unique_ptr<transport::Transport>> transports_;
-  std::unique_ptr<bootstrap::ControlServer> control_server_;
-  std::vector<std::unique_ptr<Peer>> peers_;
-  LocalRegistry registry_;
-
-  std::mutex subscribers_mu_;
-  std::set<int> subscribers_;  // ranks holding a copy of our region table
+  std::unique_ptr<Session> session_;
+  std::vector<std::shared_ptr<PeerSession>> peers_;  // by rank; after session_: keys go before transports
 
   // Notifications received, oldest first.
   Status EnqueueNotification(int from, std::string data);
-  std::mutex notify_mu_;
-  std::condition_variable notify_cv_;
-  std::deque<Notification> notifications_;
+  NotifyQueue<Notification> notifications_;
 
   std::atomic<uint64_t> barrier_epoch_{0};
   std::atomic<uint64_t> allgather_epoch_{0};
   bool finalized_ = false;
 };
 
-// The control request that carries a notification (world.cc serves it).
-inline constexpr uint8_t kNotifyRequest = 3;
 // Signal words: validation and a test without waiting.
 Status CheckCmp(int cmp);
 Result<bool> TestSignal(const uint64_t* sig, int cmp, uint64_t value);

@@ -81,7 +81,7 @@ Status WorldImpl::Atomic(const char* api, int rank, uint64_t addr, transport::At
   if (addr % 8 != 0) return Err(Errc::kInvalidArg, "{}: the remote word at {:#x} is not 8-byte aligned", api, addr);
   HIXL_ASSIGN_OR_RETURN(const PeerTable::Entry* e, Lookup(api, rank, addr, sizeof(uint64_t)));
   uint64_t seen = 0;
-  Status s = peers_[static_cast<size_t>(rank)]->transport->Atomic(rank, *e->key, op, addr, operand, compare, &seen);
+  Status s = peer(rank).transport().Atomic(rank, *e->key, op, addr, operand, compare, &seen);
   if (!s.ok()) return Err(s.code(), "{}: {}", api, s.message());
   if (old) *old = seen;
   return Status::Ok();
@@ -102,25 +102,23 @@ Status WorldImpl::PutSignal(int dst_rank, const void* src, uint64_t dst_addr, si
   if (size > 0) {
     HIXL_RETURN_IF_ERROR(CheckRemote("hixl_put_signal", dst_rank, dst_addr, src, size));
     HIXL_ASSIGN_OR_RETURN(const PeerTable::Entry* e, Lookup("hixl_put_signal", dst_rank, dst_addr, size));
-    HIXL_RETURN_IF_ERROR(peers_[static_cast<size_t>(dst_rank)]->transport->Put(dst_rank, *e->key, src, dst_addr, size));
+    HIXL_RETURN_IF_ERROR(peer(dst_rank).transport().Put(dst_rank, *e->key, src, dst_addr, size));
   }
   // The transport orders the atomic after the put.
   uint64_t old = 0;
   auto aop = op == HIXL_SIGNAL_SET ? transport::AtomicOp::kSet : transport::AtomicOp::kAdd;
-  Status s = peers_[static_cast<size_t>(dst_rank)]->transport->Atomic(dst_rank, *sig->key, aop, sig_addr, value, 0, &old);
+  Status s = peer(dst_rank).transport().Atomic(dst_rank, *sig->key, aop, sig_addr, value, 0, &old);
   if (!s.ok()) return Err(s.code(), "hixl_put_signal: {}", s.message());
   return Status::Ok();
 }
 
 Status WorldImpl::EnqueueNotification(int from, std::string data) {
-  std::lock_guard lock(notify_mu_);
-  if (notifications_.size() >= static_cast<size_t>(cfg_.notify_queue_depth)) {
+  size_t waiting = 0;
+  if (!notifications_.Push(Notification{from, std::move(data)}, &waiting)) {
     return Err(Errc::kQueueFull,
                "rank {}'s notification queue is full ({} messages, HIXL_NOTIFY_QUEUE_DEPTH): it has not taken "
-               "them yet; retry later", rank(), notifications_.size());
+               "them yet; retry later", rank(), waiting);
   }
-  notifications_.push_back(Notification{from, std::move(data)});
-  notify_cv_.notify_all();
   return Status::Ok();
 }
 
@@ -137,22 +135,15 @@ Status WorldImpl::Notify(int dst_rank, const void* bytes, size_t len) {
   HIXL_RETURN_IF_ERROR(Fence());
   std::string data(static_cast<const char*>(bytes), len);
   if (dst_rank == rank()) return EnqueueNotification(rank(), std::move(data));
-  auto r = peers_[static_cast<size_t>(dst_rank)]->control->Call(kNotifyRequest, data, cfg_.timeout_ms);
+  auto r = peer(dst_rank).Call(ControlMsg::kNotify, data, cfg_.timeout_ms);
   if (!r.ok()) return Err(r.status().code(), "hixl_notify to rank {}: {}", dst_rank, r.status().message());
   return Status::Ok();
 }
 
 Status WorldImpl::TakeNotifications(size_t max, bool wait, int64_t timeout_ms, std::vector<Notification>* out) {
-  std::unique_lock lock(notify_mu_);
-  if (wait && notifications_.empty()) {
-    const int64_t limit = timeout_ms < 0 ? cfg_.timeout_ms : timeout_ms;
-    if (!notify_cv_.wait_for(lock, std::chrono::milliseconds(limit), [&] { return !notifications_.empty(); })) {
-      return Err(Errc::kTimeout, "hixl_wait_notification: no notification arrived within {} ms", limit);
-    }
-  }
-  while (!notifications_.empty() && out->size() < max) {
-    out->push_back(std::move(notifications_.front()));
-    notifications_.pop_front();
+  const int64_t limit = timeout_ms < 0 ? cfg_.timeout_ms : timeout_ms;
+  if (notifications_.Take(max, wait, limit, out) != NotifyQueue<Notification>::Taken::kTaken) {
+    return Err(Errc::kTimeout, "hixl_wait_notification: no notification arrived within {} ms", limit);
   }
   return Status::Ok();
 }

@@ -1,0 +1,169 @@
+#include "core/session.h"
+
+#include "core/log.h"
+
+namespace hixl::core {
+
+// ------------------------------------------------------------ PeerSession
+
+Result<std::string> PeerSession::Call(ControlMsg type, std::string_view payload, int64_t timeout_ms) const {
+  if (!control_) return Err(Errc::kInternal, "no control connection to {}", who_);
+  return control_->Call(Wire(type), payload, timeout_ms);
+}
+
+Status PeerSession::Refresh(int64_t timeout_ms) {
+  std::lock_guard lock(refresh_mu_);
+  return RefreshPeerTable(table_, *transport_, id_, who_, [&]() -> Result<RegionTable> {
+    if (self_) return self_->Table();
+    auto bytes = Call(ControlMsg::kFetchTable, {}, timeout_ms);
+    if (!bytes.ok()) {
+      return Err(bytes.status().code(), "fetching the region table of {}: {}", who_, bytes.status().message());
+    }
+    return RegionTable::Parse(bytes.value());
+  });
+}
+
+Result<const PeerTable::Entry*> PeerSession::Find(uint64_t addr, uint64_t len, int64_t timeout_ms) {
+  if (const PeerTable::Entry* e = table_.Find(addr, len)) return e;
+  HIXL_RETURN_IF_ERROR(Refresh(timeout_ms));
+  return table_.Find(addr, len);
+}
+
+// ---------------------------------------------------------------- Session
+
+Result<std::unique_ptr<Session>> Session::Create(const Options& options) {
+  std::unique_ptr<Session> s(new Session(options));
+  HIXL_ASSIGN_OR_RETURN(s->transports_, transport::CreateTransports(s.get(), options.transports));
+  return s;
+}
+
+Session::~Session() { Shutdown(); }
+
+void Session::Shutdown() {
+  if (shut_down_) return;
+  shut_down_ = true;
+  server_.reset();
+  for (auto& t : transports_) t->Shutdown();
+}
+
+bool Session::AccessLocalRange(uint64_t addr, uint64_t len, const std::function<void()>& fn) const {
+  return registry_.Access(addr, len, fn);
+}
+
+PublishedAddresses Session::Addresses() const {
+  PublishedAddresses out;
+  for (auto& t : transports_) out.push_back({std::string(t->name()), t->LocalAddress()});
+  return out;
+}
+
+Session::Choice Session::Pick(const PublishedAddresses& theirs, transport::MemKind kind) const {
+  for (auto& t : transports_) {
+    const transport::Capabilities& caps = t->caps();
+    if (kind == transport::MemKind::kHost ? !caps.host_memory : !caps.device_memory) continue;
+    // The peer's address of the same kind of transport, if it published one.
+    for (const PublishedAddress& a : theirs) {
+      if (a.kind == t->name() && t->CanReach(a.address)) return {t.get(), a.address};
+    }
+  }
+  return {};
+}
+
+bool Session::ReachesOtherHosts() const {
+  for (auto& t : transports_) {
+    if (t->caps().remote_hosts) return true;
+  }
+  return false;
+}
+
+std::string Session::TransportNames() const {
+  std::string s;
+  for (auto& t : transports_) s += (s.empty() ? "" : ", ") + std::string(t->name());
+  return s;
+}
+
+Status Session::Flush() {
+  Status first;
+  for (auto& t : transports_) {
+    Status s = t->Flush();
+    if (first.ok() && !s.ok()) first = s;
+  }
+  return first;
+}
+
+Status Session::Listen(const std::string& host, uint16_t port, Delegate* delegate) {
+  delegate_ = delegate;
+  auto serve = [this](int from, uint8_t type, std::string_view p) { return Serve(from, type, p); };
+  HIXL_ASSIGN_OR_RETURN(server_, bootstrap::ControlServer::Start(host, serve, port));
+  return Status::Ok();
+}
+
+uint16_t Session::port() const { return server_ ? server_->port() : 0; }
+
+Result<std::string> Session::Serve(int from, uint8_t type, std::string_view payload) {
+  switch (static_cast<ControlMsg>(type)) {
+    case ControlMsg::kFetchTable: {
+      HIXL_ASSIGN_OR_RETURN(Subscriber sub, delegate_->SubscriberFor(from));
+      {
+        std::lock_guard lock(subscribers_mu_);
+        subscribers_.insert_or_assign(from, std::move(sub));
+      }
+      return registry_.Table().Serialize();
+    }
+    case ControlMsg::kInvalidate: {
+      auto m = DecodeInvalidation(payload);
+      if (!m) return Err(Errc::kInvalidArg, "malformed invalidation");
+      HIXL_ASSIGN_OR_RETURN(std::shared_ptr<PeerSession> peer, delegate_->PeerFor(from));
+      if (peer) peer->table().Invalidate(m->generation, m->base, m->len);
+      return std::string();
+    }
+    case ControlMsg::kNotify:
+      HIXL_RETURN_IF_ERROR(delegate_->Notified(from, payload));
+      return std::string();
+    default:
+      return delegate_->Other(from, type, payload);
+  }
+}
+
+Status Session::AddRegion(LocalRegistry::Region region) {
+  return AddRegionEverywhere(registry_, transports_, std::move(region));
+}
+
+Status Session::RemoveRegion(uint64_t base, bool heap, std::optional<LocalRegistry::Region>* removed) {
+  std::optional<LocalRegistry::Region> gone;
+  HIXL_RETURN_IF_ERROR(registry_.Remove(base, heap, &gone));
+  if (!gone) return Status::Ok();  // references remain
+  const Invalidation inv{registry_.generation(), base, gone->desc.len};
+  if (self_peer_) self_peer_->table().Invalidate(inv.generation, inv.base, inv.len);
+  // Every peer that holds a copy of our table forgets the region before we
+  // return, so no access reaches it afterwards.  Copied out: our own control
+  // thread (a connection to ourselves) may need the lock to answer.
+  std::vector<Subscriber> subs;
+  {
+    std::lock_guard lock(subscribers_mu_);
+    for (auto& [from, s] : subscribers_) subs.push_back(s);
+  }
+  const std::string payload = Encode(inv);
+  for (const Subscriber& s : subs) {
+    auto r = s.client->Call(Wire(ControlMsg::kInvalidate), payload, opts_.timeout_ms);
+    if (!r.ok()) HIXL_LOG_DEBUG("{} did not acknowledge a deregistration: {}", s.who, r.status().message());
+  }
+  for (auto& t : transports_) t->DeregisterRegion(gone->desc);
+  if (removed) *removed = std::move(gone);
+  return Status::Ok();
+}
+
+void Session::Unsubscribe(int from) {
+  std::lock_guard lock(subscribers_mu_);
+  subscribers_.erase(from);
+}
+
+void Session::ReleaseAllRegions() {
+  for (const RegionRecord& r : registry_.Table().regions) {
+    transport::LocalRegion d;
+    d.base = r.base;
+    d.len = r.len;
+    for (auto& t : transports_) t->DeregisterRegion(d);
+  }
+}
+
+}  // namespace hixl::core

@@ -1,0 +1,174 @@
+// The peer-session layer that every front door (the rank world, the engine)
+// stands on:
+//  * Session: this process's side of one front door: its transports (and
+//    the choice of one per peer from the peer's published addresses, by
+//    capability and CanReach), its registered memory and the peers that hold
+//    a copy of its region table (told of every deregistration, and awaited),
+//    and its control endpoint, which serves the requests of
+//    control_protocol.h that every front door shares.
+//  * PeerSession: one peer: the transport that reaches it, the control client
+//    to it, and the cached copy of its region table, refreshed on a miss.
+//
+// A front door keeps its own naming of peers (ranks, engine connections)
+// and answers the Session's few questions about them (Session::Delegate).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "bootstrap/control.h"
+#include "core/control_protocol.h"
+#include "core/registry.h"
+#include "core/status.h"
+#include "transport/transport.h"
+
+namespace hixl::core {
+
+// One peer.  Its transport and control client are fixed at construction;
+// the table is safe to use from any thread.
+class PeerSession {
+ public:
+  // `who` names the peer in messages ("rank 3", "engine 10.0.0.1:5000").
+  // `self` is set (and `control` may be null) when the peer is this process
+  // itself: its table is then read from `self` rather than fetched.
+  PeerSession(int id, std::string who, transport::Transport* transport,
+              std::shared_ptr<bootstrap::ControlClient> control, const LocalRegistry* self = nullptr)
+      : id_(id), who_(std::move(who)), transport_(transport), control_(std::move(control)), self_(self) {}
+  PeerSession(const PeerSession&) = delete;
+  PeerSession& operator=(const PeerSession&) = delete;
+
+  int id() const { return id_; }  // the transports' peer id
+  const std::string& who() const { return who_; }
+  transport::Transport& transport() const { return *transport_; }
+  const std::shared_ptr<bootstrap::ControlClient>& control() const { return control_; }
+  PeerTable& table() { return table_; }
+
+  // A control request to the peer.
+  Result<std::string> Call(ControlMsg type, std::string_view payload, int64_t timeout_ms) const;
+  // Fetches the peer's region table again and installs it (one refresh at a
+  // time per peer; blocks on the peer's answer, bounded by timeout_ms).
+  Status Refresh(int64_t timeout_ms);
+  // The cached entry holding [addr, addr+len) wholly; on a miss the table is
+  // refreshed once (the peer may have registered since).  nullptr when the
+  // peer has no such region.
+  Result<const PeerTable::Entry*> Find(uint64_t addr, uint64_t len, int64_t timeout_ms);
+
+ private:
+  const int id_;
+  const std::string who_;
+  transport::Transport* const transport_;
+  const std::shared_ptr<bootstrap::ControlClient> control_;
+  const LocalRegistry* const self_;
+  PeerTable table_;
+  std::mutex refresh_mu_;
+};
+
+class Session final : public transport::Host {
+ public:
+  struct Options {
+    int self_id = 0;  // the transports' peer id of this process (its rank)
+    int64_t timeout_ms = 60000;
+    transport::Options transports;
+  };
+
+  // A peer that holds a copy of our region table, and the client through
+  // which it hears of deregistrations.
+  struct Subscriber {
+    std::string who;
+    std::shared_ptr<bootstrap::ControlClient> client;
+  };
+
+  // What the session asks of its front door while serving a request from
+  // `from` (the id the requester sent).  Called on the control thread.
+  class Delegate {
+   public:
+    virtual ~Delegate() = default;
+    // kFetchTable: who `from` is; an error refuses the request.
+    virtual Result<Subscriber> SubscriberFor(int from) = 0;
+    // kInvalidate: the peer whose table `from` invalidates (nullptr: none
+    // any more; the request is acknowledged and ignored).
+    virtual Result<std::shared_ptr<PeerSession>> PeerFor(int from) = 0;
+    // kNotify: queue the payload (kQueueFull when full).
+    virtual Status Notified(int from, std::string_view payload) = 0;
+    // Every other message type.
+    virtual Result<std::string> Other(int from, uint8_t type, std::string_view payload) = 0;
+  };
+
+  // Starts the transports (see transport::CreateTransports).
+  static Result<std::unique_ptr<Session>> Create(const Options& options);
+  ~Session() override;
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  // --- transport::Host
+  int rank() const override { return opts_.self_id; }
+  int64_t timeout_ms() const override { return opts_.timeout_ms; }
+  bool AccessLocalRange(uint64_t addr, uint64_t len, const std::function<void()>& fn) const override;
+
+  // --- transports
+  const std::vector<std::unique_ptr<transport::Transport>>& transports() const { return transports_; }
+  // What peers need to choose and connect a transport to this process.
+  PublishedAddresses Addresses() const;
+  // The transport for a peer that published `theirs`: the first, in order of
+  // preference, that can move memory of `kind` and accepts the peer's
+  // address of its kind (CanReach).  nullptr when none does.
+  struct Choice {
+    transport::Transport* transport = nullptr;
+    std::string address;  // the peer's, for Transport::Connect
+  };
+  Choice Pick(const PublishedAddresses& theirs, transport::MemKind kind = transport::MemKind::kHost) const;
+  // Whether some transport here reaches peers on other hosts.
+  bool ReachesOtherHosts() const;
+  // "shm, ucx": the transports in use, for messages.
+  std::string TransportNames() const;
+  // Completes every transfer started so far, on every transport; the first error.
+  Status Flush();
+
+  // --- control endpoint
+  // Serves control requests on host:port (0: a free port) until Shutdown.
+  // `delegate` must outlive the endpoint.
+  Status Listen(const std::string& host, uint16_t port, Delegate* delegate);
+  uint16_t port() const;  // 0 when not listening
+
+  // --- local memory
+  const LocalRegistry& registry() const { return registry_; }
+  // The peer that is this process itself, if the front door has one: its
+  // cached table forgets removed regions first.
+  void set_self_peer(std::shared_ptr<PeerSession> self) { self_peer_ = std::move(self); }
+  // Registers the region with every transport and adds it to the registry.
+  Status AddRegion(LocalRegistry::Region region);
+  // Drops one reference of the region at base.  When the last goes, every
+  // subscriber forgets the region before this returns (each is awaited,
+  // bounded by the timeout), then the transports release it; *removed (if
+  // given) receives the region.  Blocks on the subscribers' answers.
+  Status RemoveRegion(uint64_t base, bool heap, std::optional<LocalRegistry::Region>* removed = nullptr);
+  void Unsubscribe(int from);
+  // Releases every registered region from the transports (at teardown).
+  void ReleaseAllRegions();
+
+  // Stops the control endpoint, then the transports' background work.
+  // Idempotent; the destructor calls it.
+  void Shutdown();
+
+ private:
+  explicit Session(const Options& options) : opts_(options) {}
+  Result<std::string> Serve(int from, uint8_t type, std::string_view payload);
+
+  const Options opts_;
+  std::vector<std::unique_ptr<transport::Transport>> transports_;
+  LocalRegistry registry_;
+  std::shared_ptr<PeerSession> self_peer_;
+  Delegate* delegate_ = nullptr;
+  std::unique_ptr<bootstrap::ControlServer> server_;
+  std::mutex subscribers_mu_;
+  std::map<int, Subscriber> subscribers_;  // by the id they send
+  bool shut_down_ = false;
+};
+
+}  // namespace hixl::core

@@ -1,0 +1,300 @@
+// The engine's life cycle, the control requests it serves, its connections
+// and its memory.
+#include <algorithm>
+
+#include "bootstrap/socket.h"
+#include "core/control_protocol.h"
+#include "core/log.h"
+#include "engine/engine_impl.h"
+
+namespace hixl {
+
+using core::ControlMsg;
+
+// ------------------------------------------------------------ life cycle
+
+Status Engine::Impl::Start(const std::string& local_engine, const std::map<std::string, std::string>& options) {
+  HIXL_ASSIGN_OR_RETURN(local, engine::ParseEngine("Engine::Initialize", local_engine));
+  HIXL_ASSIGN_OR_RETURN(cfg, engine::ParseOptions(options));
+  local_name = local_engine;
+  uuid = engine::RandomId();
+  notifies.set_depth(static_cast<size_t>(cfg.notify_queue_depth));
+  core::Session::Options sopts;
+  sopts.self_id = engine::kSelfId;
+  sopts.timeout_ms = cfg.timeout_ms;
+  sopts.transports.shm_cma = cfg.shm_cma;
+  sopts.transports.shm_thp = cfg.shm_thp;
+  sopts.transports.net_dev = cfg.net_dev;
+  if (cfg.transport != bootstrap::TransportChoice::kAuto) {
+    sopts.transports.only = std::string(bootstrap::TransportChoiceName(cfg.transport));
+  }
+  auto s = core::Session::Create(sopts);
+  if (!s.ok()) {
+    const std::string& only = sopts.transports.only;
+    return Err(s.status().code(), "Engine::Initialize: {}{}",
+               only.empty() ? "" : "transport " + only + " was asked for but ", s.status().message());
+  }
+  session = std::move(s.value());
+  // A port > 0: listen there for peers.  Otherwise a free port serves only
+  // the calls back from engines we connect to.
+  Status l = session->Listen(local.host, local.port, this);
+  if (!l.ok()) return Err(Errc::kBootstrap, "Engine::Initialize: cannot listen on {}: {}", local_engine, l.message());
+  callback_host = local.host;
+  if (callback_host == "0.0.0.0" || callback_host == "::") callback_host.clear();  // decided per peer
+  return Status::Ok();
+}
+
+void Engine::Impl::Teardown() {
+  {
+    std::lock_guard lock(req_mu);
+    stopping = true;
+  }
+  req_cv.notify_all();
+  for (auto& w : workers) w.join();
+  workers.clear();
+  for (auto& [id, r] : requests) {
+    if (r->state.load() == static_cast<int>(TransferStatus::WAITING)) {
+      r->message = "the engine was finalized before the transfer completed";
+      r->state.store(static_cast<int>(TransferStatus::FAILED));
+    }
+  }
+  notifies.Close();
+  // Tell the engines we connected to, and those connected to us.
+  std::map<std::string, std::shared_ptr<Conn>> cs;
+  {
+    std::lock_guard lock(conns_mu);
+    cs.swap(conns);
+    conns_by_id.clear();
+  }
+  const int64_t quick = std::min<int64_t>(cfg.timeout_ms, 2000);
+  for (auto& [name, c] : cs) {
+    if (c && !c->broken) (void)c->peer->Call(ControlMsg::kBye, {}, quick);
+  }
+  std::map<int32_t, Client> cl;
+  {
+    std::lock_guard lock(clients_mu);
+    cl.swap(clients);
+  }
+  for (auto& [id, c] : cl) (void)c.callback->Call(core::Wire(ControlMsg::kGone), {}, quick);
+  if (session) {
+    session->Shutdown();
+    session->ReleaseAllRegions();
+    session.reset();
+  }
+}
+
+// ------------------------------------------------------- control requests
+
+Result<core::Session::Subscriber> Engine::Impl::SubscriberFor(int from) {
+  std::lock_guard lock(clients_mu);
+  auto it = clients.find(from);
+  if (it == clients.end()) return Err(Errc::kPeerFailed, "engine {} does not know this client (id {})", local_name, from);
+  return core::Session::Subscriber{"engine " + it->second.name, it->second.callback};
+}
+
+Result<std::shared_ptr<core::PeerSession>> Engine::Impl::PeerFor(int from) {
+  auto c = ConnById(from);
+  return c ? c->peer : nullptr;
+}
+
+Status Engine::Impl::Notified(int from, std::string_view payload) {
+  (void)from;
+  auto m = core::DecodeNamedNotify(payload);
+  if (!m) return Err(Errc::kInvalidArg, "malformed notification");
+  size_t waiting = 0;
+  if (!notifies.Push(NotifyDesc{std::move(m->name), std::move(m->msg)}, &waiting)) {
+    return Err(Errc::kQueueFull,
+               "the notification queue of engine {} is full ({} waiting, notify_queue_depth={}): it has not "
+               "called GetNotifies", local_name, waiting, cfg.notify_queue_depth);
+  }
+  return Status::Ok();
+}
+
+Result<std::string> Engine::Impl::Other(int from, uint8_t type, std::string_view payload) {
+  switch (static_cast<ControlMsg>(type)) {
+    case ControlMsg::kHello: return Hello(payload);
+    case ControlMsg::kBye: {
+      {
+        std::lock_guard lock(clients_mu);
+        clients.erase(from);
+      }
+      if (session) session->Unsubscribe(from);
+      return std::string();
+    }
+    case ControlMsg::kGone: {
+      if (auto c = ConnById(from)) c->Break("it was finalized");
+      return std::string();
+    }
+    default:
+      return Err(Errc::kInvalidArg, "unknown control request {}", type);
+  }
+}
+
+std::shared_ptr<Engine::Impl::Conn> Engine::Impl::ConnById(int id) {
+  std::lock_guard lock(conns_mu);
+  auto it = conns_by_id.find(id);
+  return it == conns_by_id.end() ? nullptr : it->second;
+}
+
+Result<std::string> Engine::Impl::Hello(std::string_view payload) {
+  auto h = core::DecodeHello(payload);
+  if (!h) return Err(Errc::kInvalidArg, "malformed hello");
+  std::lock_guard lock(clients_mu);
+  const int32_t id = next_client_id++;
+  Client c;
+  c.name = h->name;
+  c.callback = std::make_shared<bootstrap::ControlClient>(h->id_for_server, id, h->callback_host, h->callback_port,
+                                                          "engine " + h->name);
+  clients.emplace(id, std::move(c));
+  return core::Encode(core::HelloReply{uuid, id, session->Addresses()});
+}
+
+// ------------------------------------------------------------- memory
+
+Status Engine::Impl::Register(const MemDesc& mem, MemType type) {
+  if (type == MEM_DEVICE) {
+    return Err(Errc::kUnsupported, "Engine::RegisterMem: device memory is not supported yet (only MEM_HOST)");
+  }
+  if (type != MEM_HOST) return Err(Errc::kInvalidArg, "Engine::RegisterMem: unknown MemType {}", static_cast<int>(type));
+  if (mem.addr == 0) return Err(Errc::kInvalidArg, "Engine::RegisterMem: addr is 0");
+  if (mem.len == 0) return Err(Errc::kInvalidArg, "Engine::RegisterMem: len is 0");
+  if (mem.addr + mem.len < mem.addr) {
+    return Err(Errc::kInvalidArg, "Engine::RegisterMem: [{:#x}, +{}) wraps around", mem.addr, mem.len);
+  }
+  LocalRegistry::Region r;
+  r.desc.base = mem.addr;
+  r.desc.len = mem.len;
+  Status s = session->AddRegion(std::move(r));
+  if (!s.ok()) return Err(s.code(), "Engine::RegisterMem: {}", s.message());
+  return s;
+}
+
+Status Engine::Impl::Deregister(MemHandle handle) {
+  // Every engine holding our table forgets the region before this returns.
+  Status s = session->RemoveRegion(reinterpret_cast<uint64_t>(handle), false);
+  if (!s.ok()) {
+    return Err(Errc::kInvalidArg, "Engine::DeregisterMem: handle {} is not a registration of this engine ({})",
+               handle, s.message());
+  }
+  return s;
+}
+
+// ---------------------------------------------------------- connections
+
+Status Engine::Impl::Connect(const std::string& remote, int32_t timeout_ms) {
+  HIXL_ASSIGN_OR_RETURN(engine::HostPort hp, engine::ParseEngine("Engine::Connect", remote));
+  if (hp.port == 0) {
+    return Err(Errc::kInvalidArg, "Engine::Connect: '{}' has no port; an engine is reached at the ip:port it "
+               "listens on", remote);
+  }
+  if (timeout_ms <= 0) return Err(Errc::kInvalidArg, "Engine::Connect: timeout_ms {} must be > 0", timeout_ms);
+  int id = 0;
+  {
+    std::lock_guard lock(conns_mu);
+    if (auto it = conns.find(remote); it != conns.end()) {
+      return Status(Errc::kAlreadyInitialized, fmt::format("Engine::Connect: already connected to {}{}", remote,
+                                                            it->second ? "" : " (a connection is being made)"));
+    }
+    conns.emplace(remote, nullptr);  // reserved while we connect
+    id = next_conn_id++;
+  }
+  auto c = std::make_shared<Conn>();
+  Status s = Dial(remote, hp, id, timeout_ms, c.get());
+  std::lock_guard lock(conns_mu);
+  if (!s.ok() || state != State::kLive) {
+    conns.erase(remote);
+    return s.ok() ? Err(Errc::kNotInitialized, "Engine::Connect: the engine was finalized meanwhile") : s;
+  }
+  conns[remote] = c;
+  conns_by_id[c->id] = c;
+  return Status::Ok();
+}
+
+Status Engine::Impl::Dial(const std::string& remote, const engine::HostPort& hp, int id, int32_t timeout_ms, Conn* c) {
+  const std::string who = "engine " + remote;
+  core::Hello hello;
+  hello.uuid = uuid;
+  hello.name = local_name;
+  hello.callback_host = callback_host.empty() ? net::LocalAddressTowards(hp.host, hp.port) : callback_host;
+  hello.callback_port = session->port();
+  hello.id_for_server = id;
+  bootstrap::ControlClient dial(-1, -1, hp.host, hp.port, who);
+  auto reply = dial.Call(core::Wire(ControlMsg::kHello), core::Encode(hello), timeout_ms);
+  dial.Close();
+  if (!reply.ok()) {
+    // Nobody listening there (yet): net::Connect retries until the deadline.
+    const Status st = reply.status();
+    if (st.code() == Errc::kTimeout || st.message().find("before the timeout") != std::string::npos) {
+      return Err(Errc::kTimeout, "Engine::Connect: no engine answered at {} within {} ms: {}", remote, timeout_ms,
+                 reply.status().message());
+    }
+    return Err(Errc::kPeerFailed, "Engine::Connect: {}", reply.status().message());
+  }
+  std::optional<core::HelloReply> r = core::DecodeHelloReply(reply.value());
+  if (!r) return Err(Errc::kTransport, "Engine::Connect: malformed reply from {}", who);
+  const bool self = r->uuid == uuid;
+  c->name = remote;
+  c->id = id;
+  c->our_id_there = r->id_for_client;
+  core::Session::Choice choice = session->Pick(r->addresses);
+  if (!choice.transport) {
+    std::string theirs;
+    for (auto& a : r->addresses) theirs += (theirs.empty() ? "" : ", ") + a.kind;
+    return Err(Errc::kUnsupported,
+               "Engine::Connect: {} cannot be reached with the transports in use here ({}; it offers {}): it is on "
+               "another host{}", who, session->TransportNames(), theirs,
+               !session->ReachesOtherHosts() && cfg.transport == bootstrap::TransportChoice::kShm
+                   ? " and transport=shm allows only same-host engines"
+                   : "");
+  }
+  bool connect = true;
+  if (self) {
+    std::lock_guard lock(conns_mu);
+    connect = !self_transport_connected;  // never replace a peer that keys may point to
+    self_transport_connected = true;
+  }
+  if (connect) {
+    Status s = choice.transport->Connect(id, choice.address);
+    if (!s.ok()) {
+      return Err(s.code(), "Engine::Connect: {} transport to {}: {}", choice.transport->name(), who, s.message());
+    }
+  }
+  c->peer = std::make_shared<core::PeerSession>(
+      id, who, choice.transport,
+      std::make_shared<bootstrap::ControlClient>(r->id_for_client, id, hp.host, hp.port, who));
+  return Status::Ok();
+}
+
+Status Engine::Impl::Disconnect(const std::string& remote, int32_t timeout_ms) {
+  if (timeout_ms <= 0) return Err(Errc::kInvalidArg, "Engine::Disconnect: timeout_ms {} must be > 0", timeout_ms);
+  std::shared_ptr<Conn> c;
+  {
+    std::lock_guard lock(conns_mu);
+    auto it = conns.find(remote);
+    if (it == conns.end() || !it->second) {
+      return Err(Errc::kNotConnected, "Engine::Disconnect: not connected to {}", remote);
+    }
+    c = it->second;
+    conns.erase(it);
+    conns_by_id.erase(c->id);
+  }
+  if (!c->broken) (void)c->peer->Call(ControlMsg::kBye, {}, timeout_ms);  // it may have gone; we are disconnected anyway
+  return Status::Ok();
+}
+
+Result<std::shared_ptr<Engine::Impl::Conn>> Engine::Impl::Find(const char* api, const std::string& remote) {
+  std::shared_ptr<Conn> c;
+  {
+    std::lock_guard lock(conns_mu);
+    auto it = conns.find(remote);
+    if (it != conns.end()) c = it->second;
+  }
+  if (!c) return Err(Errc::kNotConnected, "{}: not connected to engine {} (call Connect first)", api, remote);
+  if (c->broken) {
+    return Err(Errc::kNotConnected, "{}: engine {} has gone away ({}); Disconnect, then Connect again", api, remote,
+               c->BrokenReason());
+  }
+  return c;
+}
+
+}  // namespace hixl

@@ -1,0 +1,185 @@
+// The engine front door (include/hixl/engine.hpp) over the peer-session
+// layer (core/session.h): the same registry checks, transports and control
+// protocol as the world.
+//
+// Connections are one-way: the engine that calls Connect (the client) may
+// read and write the other's (the server's) registered memory; the server
+// takes no part.  Each side numbers its peers itself:
+//  * the client gives each connection a peer id for its transports (0 is a
+//    connection to itself, others count up from 1 and are never reused);
+//  * the server gives each client an id that the client sends as `from` in
+//    every control request.
+// Control requests (core/control_protocol.h):
+//   client -> server: kHello, kFetchTable, kNotify, kBye
+//   server -> client (to the client's own control endpoint, its "callback"):
+//                     kInvalidate (a region went away), kGone (finalized)
+//
+// Files: options.cc (addresses and options), connections.cc (life cycle,
+// control requests, connections, memory), transfers.cc (transfers and
+// notifications), engine.cc (the public methods and their status codes).
+#pragma once
+
+#include <hixl/engine.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "bootstrap/control.h"
+#include "bootstrap/env.h"
+#include "core/notify_queue.h"
+#include "core/session.h"
+#include "core/status.h"
+
+namespace hixl {
+
+namespace engine {
+
+using Clock = std::chrono::steady_clock;
+
+inline constexpr size_t kMaxNotifyBytes = 64 * 1024;
+inline constexpr int kSelfId = 0;
+
+struct HostPort {
+  std::string host;
+  uint16_t port = 0;
+};
+
+// "ip", "ip:port", "[ipv6]", "[ipv6]:port"; `what` names the caller in messages.
+Result<HostPort> ParseEngine(const char* what, const std::string& s);
+
+// The engine's options over the environment (HIXL_TIMEOUT_MS, ...): the
+// switches every front door shares (bootstrap::SharedOptions).
+Result<bootstrap::SharedOptions> ParseOptions(const std::map<std::string, std::string>& options);
+
+// A random id that tells this engine apart from others (and from itself).
+uint64_t RandomId();
+
+}  // namespace engine
+
+struct Engine::Impl final : private core::Session::Delegate {
+  using Clock = engine::Clock;
+
+  // A connection to an engine we connected to.
+  struct Conn {
+    std::string name;  // as the user wrote it
+    int id = -1;       // our transports' peer id for it, and how it names us in calls back (conns_by_id)
+    int32_t our_id_there = -1;
+    std::shared_ptr<core::PeerSession> peer;  // its transport, control client and region table
+    std::mutex mu;
+    std::atomic<bool> broken{false};
+    std::string broken_reason;  // guarded by mu
+
+    void Break(const std::string& why) {
+      std::lock_guard lock(mu);
+      if (!broken.exchange(true)) broken_reason = why;
+    }
+    std::string BrokenReason() {
+      std::lock_guard lock(mu);
+      return broken_reason;
+    }
+  };
+
+  // An engine that connected to us.
+  struct Client {
+    std::string name;
+    std::shared_ptr<bootstrap::ControlClient> callback;
+  };
+
+  // An asynchronous transfer.
+  struct Request {
+    uint64_t id = 0;
+    std::shared_ptr<Conn> conn;
+    TransferOp op = WRITE;
+    std::vector<TransferOpDesc> descs;
+    Clock::time_point deadline;
+    int64_t timeout_ms = 0;
+    std::atomic<bool> abandoned{false};  // the caller saw TIMEOUT: stop early
+    std::atomic<int> state{static_cast<int>(TransferStatus::WAITING)};
+    std::string message;  // why it failed; written before state
+  };
+
+  // Held shared by every call, exclusively by Initialize and Finalize.
+  std::shared_mutex life_mu;
+  enum class State { kNew, kLive, kFinalized } state = State::kNew;
+
+  bootstrap::SharedOptions cfg;
+  std::string local_name;
+  engine::HostPort local;
+  std::string callback_host;
+  uint64_t uuid = 0;
+  std::unique_ptr<core::Session> session;
+
+  std::mutex conns_mu;
+  std::map<std::string, std::shared_ptr<Conn>> conns;  // by name; nullptr while connecting
+  std::unordered_map<int, std::shared_ptr<Conn>> conns_by_id;
+  int next_conn_id = 1;
+  bool self_transport_connected = false;
+
+  std::mutex clients_mu;
+  std::map<int32_t, Client> clients;
+  int32_t next_client_id = 1;
+
+  core::NotifyQueue<NotifyDesc> notifies;  // closed by Finalize, which wakes WaitNotifies
+
+  std::mutex req_mu;
+  std::condition_variable req_cv;
+  std::deque<std::shared_ptr<Request>> queue;
+  std::unordered_map<uint64_t, std::shared_ptr<Request>> requests;
+  uint64_t next_req = 1;
+  bool stopping = false;
+  std::vector<std::thread> workers;
+  static constexpr size_t kWorkers = 2;
+
+  ~Impl() override { Teardown(); }
+
+  // --- life cycle, control requests, connections, memory (connections.cc)
+  Status Start(const std::string& local_engine, const std::map<std::string, std::string>& options);
+  void Teardown();  // stops everything; safe to call twice
+  Status Register(const MemDesc& mem, MemType type);
+  Status Deregister(MemHandle handle);
+  Status Connect(const std::string& remote, int32_t timeout_ms);
+  Status Disconnect(const std::string& remote, int32_t timeout_ms);
+  // The live connection to `remote`, or NOT_CONNECTED explaining why not.
+  Result<std::shared_ptr<Conn>> Find(const char* api, const std::string& remote);
+
+  // --- transfers and notifications (transfers.cc)
+  Status TransferSync(const std::string& remote, TransferOp op, const std::vector<TransferOpDesc>& descs,
+                      int32_t timeout_ms);
+  Result<uint64_t> TransferAsync(const std::string& remote, TransferOp op, const std::vector<TransferOpDesc>& descs,
+                                 const TransferArgs& args);
+  Status GetStatus(TransferReq req, TransferStatus* out);
+  Status SendNotify(const std::string& remote, const NotifyDesc& n, int32_t timeout_ms);
+  Status TakeNotifies(std::vector<NotifyDesc>* out, bool wait, int32_t timeout_ms);
+
+ private:
+  // core::Session::Delegate (connections.cc)
+  Result<core::Session::Subscriber> SubscriberFor(int from) override;
+  Result<std::shared_ptr<core::PeerSession>> PeerFor(int from) override;
+  Status Notified(int from, std::string_view payload) override;
+  Result<std::string> Other(int from, uint8_t type, std::string_view payload) override;
+
+  Result<std::string> Hello(std::string_view payload);
+  std::shared_ptr<Conn> ConnById(int id);
+  // Says hello to the engine at hp and prepares a transport to it.
+  Status Dial(const std::string& remote, const engine::HostPort& hp, int id, int32_t timeout_ms, Conn* c);
+
+  // transfers.cc: checks the whole batch, then moves it; bounded by
+  // deadline; `stop` (may be null) ends it early.
+  Status Run(const char* api, Conn& c, TransferOp op, const std::vector<TransferOpDesc>& descs,
+             Clock::time_point deadline, int64_t timeout_ms, const std::atomic<bool>* stop);
+  // A failure that means the peer is gone marks the connection.
+  static Status Note(Conn& c, Status s);
+  void Work();
+};
+
+}  // namespace hixl

@@ -1,0 +1,81 @@
+// The engine's address strings and options.
+#include <charconv>
+#include <cstdlib>
+#include <random>
+
+#include <unistd.h>
+
+#include "engine/engine_impl.h"
+
+namespace hixl::engine {
+
+Result<HostPort> ParseEngine(const char* what, const std::string& s) {
+  HostPort hp;
+  std::string port;
+  if (s.empty()) return Err(Errc::kInvalidArg, "{}: the engine address is empty (expected ip, ip:port, [ipv6] or [ipv6]:port)", what);
+  if (s.front() == '[') {
+    auto close = s.find(']');
+    if (close == std::string::npos || close == 1) {
+      return Err(Errc::kInvalidArg, "{}: '{}' is not [ipv6] or [ipv6]:port", what, s);
+    }
+    hp.host = s.substr(1, close - 1);
+    if (close + 1 < s.size()) {
+      if (s[close + 1] != ':') return Err(Errc::kInvalidArg, "{}: '{}' is not [ipv6] or [ipv6]:port", what, s);
+      port = s.substr(close + 2);
+      if (port.empty()) return Err(Errc::kInvalidArg, "{}: '{}' has an empty port", what, s);
+    }
+  } else {
+    auto colon = s.find(':');
+    if (colon != std::string::npos && s.find(':', colon + 1) != std::string::npos) {
+      return Err(Errc::kInvalidArg, "{}: '{}': write an IPv6 address in brackets, [ipv6] or [ipv6]:port", what, s);
+    }
+    hp.host = s.substr(0, colon);
+    if (colon != std::string::npos) {
+      port = s.substr(colon + 1);
+      if (port.empty()) return Err(Errc::kInvalidArg, "{}: '{}' has an empty port", what, s);
+    }
+    if (hp.host.empty()) return Err(Errc::kInvalidArg, "{}: '{}' has no address before the port", what, s);
+  }
+  if (!port.empty()) {
+    int v = -1;
+    auto [p, ec] = std::from_chars(port.data(), port.data() + port.size(), v);
+    if (ec != std::errc() || p != port.data() + port.size() || v < 0 || v > 65535) {
+      return Err(Errc::kInvalidArg, "{}: the port of '{}' is not a number in [0, 65535]", what, s);
+    }
+    hp.port = static_cast<uint16_t>(v);
+  }
+  return hp;
+}
+
+// Options override the environment; both are parsed by the one parser of
+// the shared switches, so a value means the same as an option and as a
+// variable (and as the world's variable).
+Result<bootstrap::SharedOptions> ParseOptions(const std::map<std::string, std::string>& options) {
+  for (const auto& [k, v] : options) {
+    bool known = false;
+    for (const bootstrap::SharedSwitch& sw : bootstrap::kSharedSwitches) known = known || k == sw.option;
+    if (!known) {
+      return Err(Errc::kInvalidArg,
+                 "Engine::Initialize: unknown option '{}' (known: timeout_ms, transport, net_dev, shm_cma, shm_thp, "
+                 "notify_queue_depth)", k);
+    }
+  }
+  bootstrap::SharedOptions c;
+  for (const bootstrap::SharedSwitch& sw : bootstrap::kSharedSwitches) {
+    Status s;
+    if (auto it = options.find(sw.option); it != options.end()) {
+      s = bootstrap::ParseSharedOption(sw.option, std::string("option ") + sw.option, it->second, &c);
+    } else if (const char* v = std::getenv(sw.variable)) {
+      s = bootstrap::ParseSharedOption(sw.option, sw.variable, v, &c);
+    }
+    if (!s.ok()) return Err(Errc::kInvalidArg, "Engine::Initialize: {}", s.message());
+  }
+  return c;
+}
+
+uint64_t RandomId() {
+  std::random_device rd;
+  return (static_cast<uint64_t>(rd()) << 32) ^ rd() ^ static_cast<uint64_t>(::getpid());
+}
+
+}  // namespace hixl::engine

@@ -1,0 +1,220 @@
+// The peer-session layer (core/session.h), its control protocol and its
+// notification queue, driven directly (the world and engine suites drive
+// them through the front doors).
+#include "core/session.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <thread>
+#include <vector>
+
+#include "core/control_protocol.h"
+#include "core/notify_queue.h"
+
+namespace hixl::core {
+namespace {
+
+// Every proper prefix of an encoded message is rejected.
+template <typename Decode>
+void ExpectPrefixesRejected(const std::string& bytes, Decode decode) {
+  for (size_t n = 0; n < bytes.size(); ++n) EXPECT_FALSE(decode(bytes.substr(0, n))) << "prefix of " << n << " bytes";
+}
+
+TEST(ControlProtocol, MessagesRoundTripAndTruncatedOnesAreRejected) {
+  const Invalidation inv{7, 0x1000, 64};
+  auto i = DecodeInvalidation(Encode(inv));
+  ASSERT_TRUE(i);
+  EXPECT_EQ(i->generation, 7u);
+  EXPECT_EQ(i->base, 0x1000u);
+  EXPECT_EQ(i->len, 64u);
+  ExpectPrefixesRejected(Encode(inv), DecodeInvalidation);
+
+  const PeerRecord rec{"10.0.0.1", 4242, {{"shm", "a"}, {"ucx", "bb"}}};
+  auto r = DecodePeerRecord(Encode(rec));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->host, "10.0.0.1");
+  EXPECT_EQ(r->port, 4242);
+  ASSERT_EQ(r->addresses.size(), 2u);
+  EXPECT_EQ(r->addresses[1].kind, "ucx");
+  EXPECT_EQ(r->addresses[1].address, "bb");
+  ExpectPrefixesRejected(Encode(rec), DecodePeerRecord);
+
+  const Hello h{42, "127.0.0.1:5000", "127.0.0.1", 6000, 3};
+  auto hd = DecodeHello(Encode(h));
+  ASSERT_TRUE(hd);
+  EXPECT_EQ(hd->uuid, 42u);
+  EXPECT_EQ(hd->name, "127.0.0.1:5000");
+  EXPECT_EQ(hd->callback_port, 6000);
+  EXPECT_EQ(hd->id_for_server, 3);
+  ExpectPrefixesRejected(Encode(h), DecodeHello);
+
+  const HelloReply hr{43, 9, {{"shm", "x"}}};
+  auto hrd = DecodeHelloReply(Encode(hr));
+  ASSERT_TRUE(hrd);
+  EXPECT_EQ(hrd->uuid, 43u);
+  EXPECT_EQ(hrd->id_for_client, 9);
+  ASSERT_EQ(hrd->addresses.size(), 1u);
+  ExpectPrefixesRejected(Encode(hr), DecodeHelloReply);
+
+  auto n = DecodeNamedNotify(Encode(NamedNotify{"name", std::string("m\0g", 3)}));
+  ASSERT_TRUE(n);
+  EXPECT_EQ(n->name, "name");
+  EXPECT_EQ(n->msg, std::string("m\0g", 3));
+
+  // An address count no peer sends is malformed, not an allocation.
+  PeerRecord many{"h", 1, {}};
+  for (int k = 0; k < 65; ++k) many.addresses.push_back({"t", "a"});
+  EXPECT_FALSE(DecodePeerRecord(Encode(many)));
+}
+
+TEST(NotifyQueue, BoundedOldestFirstAndClosable) {
+  using Q = NotifyQueue<int>;
+  Q q(2);
+  size_t waiting = 0;
+  EXPECT_TRUE(q.Push(1, &waiting));
+  EXPECT_TRUE(q.Push(2, &waiting));
+  EXPECT_FALSE(q.Push(3, &waiting));
+  EXPECT_EQ(waiting, 2u);
+  std::vector<int> out;
+  EXPECT_EQ(q.Take(1, false, 0, &out), Q::Taken::kTaken);
+  EXPECT_EQ(out, std::vector<int>{1});
+  EXPECT_EQ(q.Take(10, false, 0, &out), Q::Taken::kTaken);
+  EXPECT_EQ(out, (std::vector<int>{1, 2}));
+  EXPECT_EQ(q.Take(10, true, 1, &out), Q::Taken::kTimedOut);
+
+  // A push wakes a waiter; Close wakes it with kClosed.
+  std::thread pusher([&] {
+    size_t w = 0;
+    EXPECT_TRUE(q.Push(4, &w));
+  });
+  out.clear();
+  EXPECT_EQ(q.Take(10, true, 60000, &out), Q::Taken::kTaken);
+  pusher.join();
+  EXPECT_EQ(out, std::vector<int>{4});
+  std::thread closer([&] { q.Close(); });
+  EXPECT_EQ(q.Take(10, true, 60000, &out), Q::Taken::kClosed);
+  closer.join();
+  q.Reopen();
+  EXPECT_EQ(q.Take(10, true, 1, &out), Q::Taken::kTimedOut);
+}
+
+std::unique_ptr<Session> ShmSession(int self_id) {
+  Session::Options o;
+  o.self_id = self_id;
+  o.timeout_ms = 10000;
+  o.transports.only = "shm";
+  auto s = Session::Create(o);
+  EXPECT_TRUE(s.ok()) << s.status().message();
+  return s.ok() ? std::move(s.value()) : nullptr;
+}
+
+TEST(Session, PicksATransportByAddressKindCapabilityAndCanReach) {
+  auto s = ShmSession(0);
+  ASSERT_TRUE(s);
+  const PublishedAddresses mine = s->Addresses();
+  ASSERT_EQ(mine.size(), 1u);
+  Session::Choice c = s->Pick(mine);
+  ASSERT_NE(c.transport, nullptr);
+  EXPECT_EQ(c.address, mine[0].address);
+  // An address is used only by a transport of its own kind.
+  EXPECT_EQ(s->Pick({{"some-other-kind", mine[0].address}}).transport, nullptr);
+  EXPECT_EQ(s->Pick({}).transport, nullptr);
+  // A transport that cannot move the memory kind is not chosen.
+  if (!c.transport->caps().device_memory) {
+    EXPECT_EQ(s->Pick(mine, transport::MemKind::kDevice).transport, nullptr);
+  }
+  EXPECT_EQ(s->ReachesOtherHosts(), c.transport->caps().remote_hosts);
+  EXPECT_EQ(s->TransportNames(), mine[0].kind);
+}
+
+// A front door of one peer that is this process itself, over its control
+// endpoint (as an engine connected to itself).
+struct LoopDelegate : Session::Delegate {
+  std::mutex mu;
+  std::map<int, Session::Subscriber> subscribers;
+  std::shared_ptr<PeerSession> peer;
+  std::vector<std::string> notes;
+
+  Result<Session::Subscriber> SubscriberFor(int from) override {
+    std::lock_guard lock(mu);
+    auto it = subscribers.find(from);
+    if (it == subscribers.end()) return Err(Errc::kInvalidRank, "unknown peer {}", from);
+    return it->second;
+  }
+  Result<std::shared_ptr<PeerSession>> PeerFor(int from) override {
+    (void)from;
+    std::lock_guard lock(mu);
+    return peer;
+  }
+  Status Notified(int from, std::string_view payload) override {
+    (void)from;
+    std::lock_guard lock(mu);
+    notes.emplace_back(payload);
+    return Status::Ok();
+  }
+  Result<std::string> Other(int from, uint8_t type, std::string_view payload) override {
+    (void)from, (void)payload;
+    return Err(Errc::kInvalidArg, "unknown control request {}", type);
+  }
+};
+
+TEST(Session, RefreshesOnAMissAndEverySubscriberForgetsARemovedRegionBeforeRemoveReturns) {
+  LoopDelegate d;
+  auto s = ShmSession(0);
+  ASSERT_TRUE(s);
+  ASSERT_TRUE(s->Listen("127.0.0.1", 0, &d).ok());
+  ASSERT_NE(s->port(), 0);
+  Session::Choice c = s->Pick(s->Addresses());
+  ASSERT_NE(c.transport, nullptr);
+  ASSERT_TRUE(c.transport->Connect(1, c.address).ok());
+  constexpr int kFrom = 5;
+  auto control = std::make_shared<bootstrap::ControlClient>(kFrom, 1, "127.0.0.1", s->port(), "itself");
+  {
+    std::lock_guard lock(d.mu);
+    d.subscribers[kFrom] = {"itself", control};
+    d.peer = std::make_shared<PeerSession>(1, "itself", c.transport, control);
+  }
+  PeerSession& peer = *d.peer;
+
+  std::vector<char> buf(8192);
+  const auto base = reinterpret_cast<uint64_t>(buf.data());
+  LocalRegistry::Region r;
+  r.desc.base = base;
+  r.desc.len = buf.size();
+  ASSERT_TRUE(s->AddRegion(r).ok());
+
+  // Not cached yet: the miss fetches the table (and subscribes).
+  EXPECT_EQ(peer.table().Find(base, 64), nullptr);
+  auto e = peer.Find(base + 64, 64, 10000);
+  ASSERT_TRUE(e.ok()) << e.status().message();
+  ASSERT_NE(e.value(), nullptr);
+  EXPECT_EQ(e.value()->base, base);
+  // A range outside every region stays a miss after the refresh.
+  auto miss = peer.Find(base + buf.size() - 8, 64, 10000);
+  ASSERT_TRUE(miss.ok());
+  EXPECT_EQ(miss.value(), nullptr);
+
+  // The subscriber's copy forgets the region before RemoveRegion returns.
+  std::optional<LocalRegistry::Region> removed;
+  ASSERT_TRUE(s->RemoveRegion(base, false, &removed).ok());
+  ASSERT_TRUE(removed);
+  EXPECT_EQ(removed->desc.len, buf.size());
+  EXPECT_EQ(peer.table().Find(base, 64), nullptr);
+  EXPECT_FALSE(s->registry().Contains(base, 64));
+
+  // Notifications reach the front door; unknown requests are refused.
+  ASSERT_TRUE(peer.Call(ControlMsg::kNotify, "hello", 10000).ok());
+  {
+    std::lock_guard lock(d.mu);
+    EXPECT_EQ(d.notes, std::vector<std::string>{"hello"});
+  }
+  EXPECT_FALSE(peer.Call(ControlMsg::kHello, "", 10000).ok());
+  {
+    std::lock_guard lock(d.mu);
+    d.peer.reset();  // keys go before the transports
+  }
+}
+
+}  // namespace
+}  // namespace hixl::core
