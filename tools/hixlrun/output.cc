@@ -43,7 +43,10 @@ void Launcher::emit(const Rank &r, Stream &s, bool flush_partial) {
     s.partial.clear();
     return;
   }
-  const std::string prefix = "[" + std::to_string(r.index) + "] ";
+  // Built by appends: g++ 12 at -O3 misreads "[" + std::string + "] " as an
+  // overlapping copy (-Wrestrict, GCC bug 105329).
+  std::string prefix = "[";
+  prefix.append(std::to_string(r.index)).append("] ");
   std::string out;
   std::size_t pos = 0;
   while (true) {

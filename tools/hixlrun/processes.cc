@@ -36,9 +36,14 @@ std::vector<std::string> exec_candidates(const std::string &prog, const std::str
   std::size_t start = 0;
   while (true) {
     std::size_t colon = path.find(':', start);
-    std::string dir = path.substr(start, colon == std::string::npos ? std::string::npos : colon - start);
+    // A view, not a string assigned ".": g++ 12 at -O3 misreads that
+    // assignment as an overlapping copy (-Wrestrict, GCC bug 105329).
+    std::string_view dir = std::string_view(path).substr(start, colon == std::string::npos ? std::string::npos : colon - start);
     if (dir.empty()) dir = ".";
-    out.push_back(dir + "/" + prog);
+    std::string cand(dir);
+    cand.push_back('/');
+    cand.append(prog);
+    out.push_back(std::move(cand));
     if (colon == std::string::npos) break;
     start = colon + 1;
   }
