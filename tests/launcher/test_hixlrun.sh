@@ -20,6 +20,7 @@ unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT HIXL_L
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/hixlrun-test.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
 MARK="hixlrun-test-$$-$RANDOM"  # unique string put into the ranks' command lines
+READY="$TMP/ready"  # FIFO on which ranks say they are ready (see run_sig)
 
 passed=0
 failed=0
@@ -55,14 +56,33 @@ run() {
   elapsed_ms=$(($(now_ms) - t0))
 }
 
-# run_sig SIGNAL DELAY ARGS...: like run, but sends SIGNAL to hixlrun after
-# DELAY seconds (rc is hixlrun's own status).
+# run_sig SIGNAL NREADY ARGS...: like run, but sends SIGNAL to hixlrun once
+# NREADY ranks have said they are ready: each writes hixlrun's pid ($PPID) as
+# a line to the FIFO named by $READY.  Only hixlrun gets the signal (not, as
+# from `timeout`, its whole group, followed by SIGCONT).
 run_sig() {
-  local sig=$1 delay=$2 t0
+  local sig=$1 nready=$2 t0 tpid pid="" line i
   shift 2
+  rm -f "$READY"
+  mkfifo "$READY"
+  exec 3<>"$READY"  # read-write: no EOF between the ranks' writes
   t0=$(now_ms)
-  timeout -k 5 30 timeout --preserve-status -s "$sig" "$delay" "$HIXLRUN" "$@" >"$TMP/out" 2>"$TMP/err" </dev/null
+  timeout -k 5 30 "$HIXLRUN" "$@" >"$TMP/out" 2>"$TMP/err" </dev/null &
+  tpid=$!
+  for ((i = 0; i < nready; i++)); do
+    read -r -t 30 -u 3 line || break
+    pid=$line
+  done
+  if [ -n "$pid" ]; then
+    kill -s "$sig" "$pid"
+  else
+    echo "FAIL [$current]: the ranks never said they were ready" >&2
+    test_ok=0
+  fi
+  wait "$tpid"
   rc=$?
+  exec 3<&-
+  rm -f "$READY"
   elapsed_ms=$(($(now_ms) - t0))
 }
 
@@ -260,15 +280,15 @@ test_timeout() {
 
 test_forward_signals() {
   # SIGINT and SIGTERM sent to hixlrun reach the ranks.
-  run_sig INT 1 -n 2 sh -c 'trap "exit 9" INT; while :; do sleep 0.1; done' "$MARK-fwd"
+  run_sig INT 2 -n 2 sh -c 'trap "exit 9" INT; echo $PPID > "$1"; while :; do sleep 0.1; done' "$MARK-fwd" "$READY"
   expect_rc 9
   expect_faster 10000
   expect_no_leftovers fwd
-  run_sig TERM 1 -n 2 sh -c 'trap "exit 8" TERM; while :; do sleep 0.1; done' "$MARK-fwd"
+  run_sig TERM 2 -n 2 sh -c 'trap "exit 8" TERM; echo $PPID > "$1"; while :; do sleep 0.1; done' "$MARK-fwd" "$READY"
   expect_rc 8
   expect_no_leftovers fwd
   # Ranks that ignore the signal are killed after --kill-grace.
-  run_sig TERM 1 --kill-grace 300 -n 2 sh -c 'trap "" TERM; while :; do sleep 0.1; done' "$MARK-fwd"
+  run_sig TERM 2 --kill-grace 300 -n 2 sh -c 'trap "" TERM; echo $PPID > "$1"; while :; do sleep 0.1; done' "$MARK-fwd" "$READY"
   expect_rc 137
   expect_faster 10000
   expect_no_leftovers fwd
