@@ -5,7 +5,7 @@
 #include <fstream>
 #include <set>
 
-#include "core/world.h"  // WorldImpl::TransportFor: which transport serves a peer
+#include "world/world.h"  // WorldImpl::TransportFor: which transport serves a peer
 #include "perf_bench.h"
 
 namespace hixl_perf {

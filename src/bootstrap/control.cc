@@ -9,7 +9,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/log.h"
+#include "base/log.h"
 
 namespace hixl::bootstrap {
 

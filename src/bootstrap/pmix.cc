@@ -11,7 +11,7 @@
 #include <pmix.h>
 #endif
 
-#include "core/log.h"
+#include "base/log.h"
 
 namespace hixl::bootstrap {
 

@@ -10,7 +10,7 @@
 #include <string>
 
 #include "bootstrap/env.h"
-#include "core/status.h"
+#include "base/status.h"
 
 namespace hixl::bootstrap {
 

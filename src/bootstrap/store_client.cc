@@ -7,7 +7,7 @@
 #include <optional>
 #include <utility>
 
-#include "bootstrap/socket.h"
+#include "base/socket.h"
 #include "bootstrap/store.h"
 #include "bootstrap/store_kv.h"
 #include "bootstrap/store_protocol.h"

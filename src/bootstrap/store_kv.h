@@ -9,9 +9,9 @@
 #include <string_view>
 #include <unordered_map>
 
-#include "bootstrap/socket.h"
+#include "base/socket.h"
 #include "bootstrap/store_protocol.h"
-#include "core/status.h"
+#include "base/status.h"
 
 namespace hixl::bootstrap::detail {
 

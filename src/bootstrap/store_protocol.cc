@@ -4,7 +4,7 @@
 
 #include <utility>
 
-#include "bootstrap/socket.h"
+#include "base/socket.h"
 
 namespace hixl::bootstrap::detail {
 namespace {

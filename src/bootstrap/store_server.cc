@@ -27,7 +27,7 @@
 #include <utility>
 #include <vector>
 
-#include "bootstrap/socket.h"
+#include "base/socket.h"
 #include "bootstrap/store.h"
 #include "bootstrap/store_kv.h"
 #include "bootstrap/store_protocol.h"

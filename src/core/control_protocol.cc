@@ -1,6 +1,6 @@
 #include "core/control_protocol.h"
 
-#include "bootstrap/socket.h"
+#include "base/socket.h"
 
 namespace hixl::core {
 

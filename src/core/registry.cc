@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "bootstrap/socket.h"
+#include "base/socket.h"
 
 namespace hixl {
 

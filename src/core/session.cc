@@ -1,6 +1,6 @@
 #include "core/session.h"
 
-#include "core/log.h"
+#include "base/log.h"
 
 namespace hixl::core {
 

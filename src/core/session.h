@@ -25,7 +25,7 @@
 #include "bootstrap/control.h"
 #include "core/control_protocol.h"
 #include "core/registry.h"
-#include "core/status.h"
+#include "base/status.h"
 #include "transport/transport.h"
 
 namespace hixl::core {

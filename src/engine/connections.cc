@@ -2,9 +2,9 @@
 // and its memory.
 #include <algorithm>
 
-#include "bootstrap/socket.h"
+#include "base/socket.h"
 #include "core/control_protocol.h"
-#include "core/log.h"
+#include "base/log.h"
 #include "engine/engine_impl.h"
 
 namespace hixl {

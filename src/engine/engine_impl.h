@@ -38,7 +38,7 @@
 #include "bootstrap/env.h"
 #include "core/notify_queue.h"
 #include "core/session.h"
-#include "core/status.h"
+#include "base/status.h"
 
 namespace hixl {
 

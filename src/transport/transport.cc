@@ -2,7 +2,7 @@
 // means adding it here and in src/CMakeLists.txt; the core is untouched.
 #include "transport/transport.h"
 
-#include "core/log.h"
+#include "base/log.h"
 #include "transport/shm/shm_transport.h"
 #ifdef HIXL_HAVE_UCX
 #include "transport/ucx/ucx_transport.h"

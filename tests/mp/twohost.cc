@@ -28,7 +28,7 @@
 #include <string>
 #include <vector>
 
-#include "core/world.h"  // WorldImpl::TransportFor: which transport serves a peer
+#include "world/world.h"  // WorldImpl::TransportFor: which transport serves a peer
 #include "mp_util.h"
 
 namespace {

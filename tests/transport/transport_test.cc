@@ -23,7 +23,7 @@
 #include <utility>
 #include <vector>
 
-#include "bootstrap/socket.h"
+#include "base/socket.h"
 #include "transport/transport.h"
 
 namespace hixl::transport {

@@ -4,7 +4,7 @@
 // base and replay the same Alloc/Free sequence; the parent compares what they
 // report through pipes.  Every wait on a child is bounded: a hung child is
 // killed and the test fails.
-#include "core/heap.h"
+#include "world/heap.h"
 
 #include <gmock/gmock.h>
 #include <fcntl.h>

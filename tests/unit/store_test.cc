@@ -20,7 +20,7 @@
 #include <thread>
 #include <vector>
 
-#include "bootstrap/socket.h"
+#include "base/socket.h"
 
 namespace hixl {
 // Lets GoogleTest print "HIXL_ERR_TIMEOUT" instead of the enum's bytes.

@@ -30,7 +30,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/status.h"
+#include "base/status.h"
 
 extern char** environ;
 

@@ -5,7 +5,7 @@
 
 #include <cstring>
 
-#include "core/log.h"
+#include "base/log.h"
 
 namespace hixl::transport::shm {
 

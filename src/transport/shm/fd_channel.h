@@ -10,8 +10,8 @@
 #include <cstdint>
 #include <string>
 
-#include "bootstrap/socket.h"
-#include "core/status.h"
+#include "base/socket.h"
+#include "base/status.h"
 
 namespace hixl::transport::shm {
 

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <utility>
 
-#include "core/status.h"
+#include "base/status.h"
 
 namespace hixl::transport::shm {
 

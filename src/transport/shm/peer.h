@@ -9,7 +9,7 @@
 #include <mutex>
 #include <string>
 
-#include "bootstrap/socket.h"
+#include "base/socket.h"
 #include "transport/shm/fd_channel.h"
 #include "transport/shm/mapping.h"
 #include "transport/shm/relay.h"

@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/log.h"
+#include "base/log.h"
 #include "transport/shm/fd_channel.h"
 #include "transport/shm/peer.h"
 

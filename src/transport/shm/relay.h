@@ -13,7 +13,7 @@
 #include <cstdint>
 #include <mutex>
 
-#include "bootstrap/socket.h"
+#include "base/socket.h"
 #include "transport/shm/mapping.h"
 #include "transport/transport.h"
 

@@ -17,8 +17,8 @@
 #include <thread>
 #include <vector>
 
-#include "bootstrap/socket.h"
-#include "core/log.h"
+#include "base/socket.h"
+#include "base/log.h"
 #include "transport/shm/cma.h"
 #include "transport/shm/fd_channel.h"
 #include "transport/shm/mapping.h"

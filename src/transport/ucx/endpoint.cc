@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "core/log.h"
+#include "base/log.h"
 #include "transport/ucx/memory.h"
 
 namespace hixl::transport::ucx {

@@ -10,7 +10,7 @@
 #include <set>
 #include <string>
 
-#include "bootstrap/socket.h"
+#include "base/socket.h"
 #include "transport/ucx/worker.h"
 
 namespace hixl::transport::ucx {

@@ -1,6 +1,6 @@
 #include "transport/ucx/memory.h"
 
-#include "core/log.h"
+#include "base/log.h"
 
 namespace hixl::transport::ucx {
 

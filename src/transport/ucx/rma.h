@@ -7,7 +7,7 @@
 #include <mutex>
 #include <vector>
 
-#include "bootstrap/socket.h"
+#include "base/socket.h"
 #include "transport/transport.h"
 #include "transport/ucx/endpoint.h"
 #include "transport/ucx/memory.h"

@@ -10,7 +10,7 @@
 #include <cstring>
 #include <string_view>
 
-#include "core/log.h"
+#include "base/log.h"
 
 namespace hixl::transport::ucx {
 

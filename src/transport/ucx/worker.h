@@ -12,7 +12,7 @@
 #include <string>
 #include <thread>
 
-#include "bootstrap/socket.h"
+#include "base/socket.h"
 #include "transport/transport.h"
 
 namespace hixl::transport::ucx {

@@ -1,4 +1,4 @@
-#include "core/world.h"
+#include "world/world.h"
 
 #include <sys/socket.h>
 #include <arpa/inet.h>
@@ -9,8 +9,8 @@
 #include <cstring>
 
 #include "bootstrap/pmix.h"
-#include "bootstrap/socket.h"
-#include "core/log.h"
+#include "base/socket.h"
+#include "base/log.h"
 
 namespace hixl::core {
 

@@ -1,4 +1,4 @@
-#include "bootstrap/socket.h"
+#include "base/socket.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

@@ -9,7 +9,7 @@
 #include <chrono>
 #include <thread>
 
-#include "core/world.h"
+#include "world/world.h"
 
 namespace hixl::core {
 

@@ -1,7 +1,7 @@
 // The C++ API: handles over the process's world (core/world.h).
 #include <hixl/hixl.hpp>
 
-#include "core/world.h"
+#include "world/world.h"
 
 namespace hixl {
 

@@ -15,7 +15,7 @@
 #include <mutex>
 #include <vector>
 
-#include "core/status.h"
+#include "base/status.h"
 
 namespace hixl {
 

@@ -12,11 +12,11 @@
 
 #include "bootstrap/env.h"
 #include "bootstrap/store.h"
-#include "core/heap.h"
+#include "world/heap.h"
 #include "core/notify_queue.h"
 #include "core/registry.h"
 #include "core/session.h"
-#include "core/status.h"
+#include "base/status.h"
 #include "transport/transport.h"
 
 namespace hixl::core {

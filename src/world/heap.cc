@@ -1,4 +1,4 @@
-#include "core/heap.h"
+#include "world/heap.h"
 
 #include <errno.h>
 #include <sys/mman.h>

@@ -7,8 +7,8 @@
 #include <exception>
 #include <vector>
 
-#include "core/status.h"
-#include "core/world.h"
+#include "base/status.h"
+#include "world/world.h"
 
 using hixl::Status;
 
