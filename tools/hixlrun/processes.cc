@@ -20,8 +20,6 @@
 #include "launcher.h"
 #include "util.h"
 
-extern char **environ;
-
 namespace hixlrun {
 namespace {
 
@@ -148,7 +146,10 @@ void Launcher::start_ranks(int port) {
   std::string path;
   bool path_set = false;
   for (const auto &[name, value] : set_vars) {
-    base.push_back(name + "=" + value);
+    std::string kv;
+    kv.reserve(name.size() + 1 + value.size());
+    kv.append(name).append(1, '=').append(value);
+    base.push_back(std::move(kv));
     if (name == "PATH") {
       path = value;
       path_set = true;
@@ -177,19 +178,23 @@ bool Launcher::spawn(Rank &rank, const std::vector<std::string> &env, const std:
   // Everything the child needs is prepared here: after fork it may only
   // call async-signal-safe functions.
   std::vector<char *> argv;
+  argv.reserve(opts_.command.size() + 1);
   for (const std::string &a : opts_.command) argv.push_back(const_cast<char *>(a.c_str()));
   argv.push_back(nullptr);
   // For a file without a #! line, execvp falls back to running it with sh.
   static char sh_path[] = "/bin/sh";
   std::vector<char *> sh_argv;
+  sh_argv.reserve(opts_.command.size() + 2);
   sh_argv.push_back(sh_path);
   sh_argv.push_back(nullptr);  // the script, filled in by the child
   for (std::size_t i = 1; i < opts_.command.size(); ++i) sh_argv.push_back(argv[i]);
   sh_argv.push_back(nullptr);
   std::vector<char *> envp;
+  envp.reserve(env.size() + 1);
   for (const std::string &e : env) envp.push_back(const_cast<char *>(e.c_str()));
   envp.push_back(nullptr);
   std::vector<const char *> cand;
+  cand.reserve(candidates.size());
   for (const std::string &c : candidates) cand.push_back(c.c_str());
 
   int out_pipe[2] = {-1, -1};
