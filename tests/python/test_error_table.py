@@ -176,3 +176,13 @@ def test_engine_mapping_of_every_code():
         if code == errors.ERR_ALREADY_CONNECTED:
             assert status == errors.ENGINE_ALREADY_CONNECTED
     assert errors.ENGINE_STATUS_FOR[errors.SUCCESS] == errors.ENGINE_SUCCESS
+
+
+def test_a_row_without_its_class_fails_the_import():
+    # hixl.errors checks each row's class name while it builds its tables;
+    # a name it does not define is an ImportError naming the row.
+    with pytest.raises(ImportError, match="NoSuchError for HIXL_ERR_NEW .-16."):
+        errors._class_named("NoSuchError", errors.HixlError, "HIXL_ERR_NEW (-16)")
+    with pytest.raises(ImportError, match="EngineError subclass"):
+        errors._class_named("InvalidArgumentError", errors.EngineError, "engine status X (1)")
+    assert errors._class_named("QueueFullError", errors.HixlError, "row") is errors.QueueFullError
