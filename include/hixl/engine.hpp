@@ -23,19 +23,21 @@
 #include <string>
 #include <vector>
 
+#include <hixl/hixl_errors.h>
+
 namespace hixl {
 
-// Status codes, with the CANN library's numeric values.  (hixl::Status is
-// the world API's status class; the engine returns these plain numbers.)
+// Status codes, with the CANN library's numeric values: one constant per
+// row of HIXL_ENGINE_STATUSES (hixl/hixl_errors.h, the one table of error
+// codes): SUCCESS (0), PARAM_INVALID, TIMEOUT, NOT_CONNECTED,
+// ALREADY_CONNECTED, UNSUPPORTED, RESOURCE_EXHAUSTED, FAILED.  Inside, the engine works
+// with hixl::Errc codes; each maps to one of these by that table's
+// ENGINE_STATUS column.  (hixl::Status is the world API's status class; the
+// engine returns these plain numbers.)
 using EngineStatus = uint32_t;
-inline constexpr EngineStatus SUCCESS = 0;
-inline constexpr EngineStatus PARAM_INVALID = 103900;
-inline constexpr EngineStatus TIMEOUT = 103901;
-inline constexpr EngineStatus NOT_CONNECTED = 103902;
-inline constexpr EngineStatus ALREADY_CONNECTED = 103903;
-inline constexpr EngineStatus UNSUPPORTED = 103905;
-inline constexpr EngineStatus RESOURCE_EXHAUSTED = 203900;
-inline constexpr EngineStatus FAILED = 503900;
+#define HIXL_ENGINE_STATUS_CONSTANT_(name, value, desc, py) inline constexpr EngineStatus name = value;
+HIXL_ENGINE_STATUSES(HIXL_ENGINE_STATUS_CONSTANT_)
+#undef HIXL_ENGINE_STATUS_CONSTANT_
 
 // "PARAM_INVALID" for a code ("UNKNOWN" for a number that is none of them).
 const char* EngineStatusName(EngineStatus status);
@@ -127,6 +129,10 @@ class Engine {
   EngineStatus TransferAsync(const std::string& remote_engine, TransferOp operation,
                              const std::vector<TransferOpDesc>& op_descs, const TransferArgs& optional_args,
                              TransferReq& req);
+  // Sets status.  Returns SUCCESS while WAITING and once COMPLETED; for a
+  // transfer that ended FAILED it returns FAILED, for one that ended TIMEOUT
+  // it returns TIMEOUT (LastError() and LastErrorCode() say why).  An
+  // unknown req is PARAM_INVALID.
   EngineStatus GetTransferStatus(const TransferReq& req, TransferStatus& status);
 
   // A small message (name + msg, at most 64 KiB together) to the peer's
@@ -140,6 +146,10 @@ class Engine {
 
   // The calling thread's last failure, in words ("" after a success).
   static const char* LastError();
+  // The same failure as its precise HIXL_ERR_* code (hixl.h; HIXL_SUCCESS
+  // after a success): e.g. HIXL_ERR_NOT_REGISTERED for a PARAM_INVALID
+  // that is a remote range the peer has not registered.
+  static int LastErrorCode();
 
   struct Impl;
 

@@ -9,10 +9,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "hixl_errors.h" /* HIXL_ERROR_CODES: the one table the codes below follow */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
+/* Error codes: the rows of HIXL_ERROR_CODES (hixl_errors.h), written out as
+ * literals so that #if and switch work; the build checks they equal it. */
 #define HIXL_SUCCESS 0
 #define HIXL_ERR_INVALID_ARG (-1)       /* null pointer, overflowing range, bad value */
 #define HIXL_ERR_NOT_INITIALIZED (-2)   /* called before hixl_init or after hixl_finalize */
@@ -28,6 +32,7 @@ extern "C" {
 #define HIXL_ERR_INTERNAL (-12)         /* a bug in hixl: please report it */
 #define HIXL_ERR_QUEUE_FULL (-13)       /* the target's notification queue is full: retry later */
 #define HIXL_ERR_NOT_CONNECTED (-14)    /* engine API: no live connection to that engine */
+#define HIXL_ERR_ALREADY_CONNECTED (-15) /* engine API: Connect to an engine already connected */
 
 /* Joins the world described by the environment (RANK, WORLD_SIZE,
  * MASTER_ADDR, MASTER_PORT, or Open MPI / PMI / Slurm variables).  Without

@@ -1,10 +1,12 @@
 // hixl: one-sided put/get between processes.  The C++ API.
 //
-// The same model as hixl.h (which is a thin layer over this): a world of
-// ranks, symmetric and registered memory, put/get/fence/barrier/allgather.
+// The same model as hixl.h: a world of ranks, symmetric and registered
+// memory, put/get/fence/barrier/allgather.  (This API and the C one are two
+// thin front doors over the same world; neither calls the other.)
 // Failures are returned as Status / Result<T>, never thrown (only
 // std::bad_alloc may escape when the process is out of memory; the C API
-// turns it into HIXL_ERR_NO_MEMORY).
+// turns it into HIXL_ERR_NO_MEMORY).  The codes are hixl::Errc, the rows of
+// the one table in hixl/hixl_errors.h.
 #ifndef HIXL_HIXL_HPP_
 #define HIXL_HIXL_HPP_
 
@@ -12,6 +14,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <utility>
@@ -20,23 +24,12 @@
 
 namespace hixl {
 
-// The numeric values are those of hixl.h.
+// The error codes: one enumerator per row of HIXL_ERROR_CODES
+// (hixl/hixl_errors.h, the one table), with the values of hixl.h.
 enum class Errc : int {
-  kOk = HIXL_SUCCESS,
-  kInvalidArg = HIXL_ERR_INVALID_ARG,
-  kNotInitialized = HIXL_ERR_NOT_INITIALIZED,
-  kNotRegistered = HIXL_ERR_NOT_REGISTERED,
-  kInvalidRank = HIXL_ERR_INVALID_RANK,
-  kTimeout = HIXL_ERR_TIMEOUT,
-  kPeerFailed = HIXL_ERR_PEER_FAILED,
-  kNoMemory = HIXL_ERR_NO_MEMORY,
-  kTransport = HIXL_ERR_TRANSPORT,
-  kUnsupported = HIXL_ERR_UNSUPPORTED,
-  kAlreadyInitialized = HIXL_ERR_ALREADY_INITIALIZED,
-  kBootstrap = HIXL_ERR_BOOTSTRAP,
-  kInternal = HIXL_ERR_INTERNAL,
-  kQueueFull = HIXL_ERR_QUEUE_FULL,
-  kNotConnected = HIXL_ERR_NOT_CONNECTED,
+#define HIXL_ERRC_ENUMERATOR_(c_name, cxx_name, value, desc, engine, py) cxx_name = value,
+  HIXL_ERROR_CODES(HIXL_ERRC_ENUMERATOR_)
+#undef HIXL_ERRC_ENUMERATOR_
 };
 
 enum class SignalOp : int { kSet = HIXL_SIGNAL_SET, kAdd = HIXL_SIGNAL_ADD };
@@ -73,7 +66,10 @@ class [[nodiscard]] Status {
   std::string message_;
 };
 
-// A value or the Status that explains why there is none.
+// A value or the Status that explains why there is none.  Like everything
+// here it never throws: value(), operator* and operator-> require ok(); on
+// an error they print the Status to stderr and abort the process (a bug in
+// the caller, as with a null pointer).  Check ok() or status() first.
 template <typename T>
 class [[nodiscard]] Result {
  public:
@@ -83,16 +79,30 @@ class [[nodiscard]] Result {
 
   bool ok() const { return std::holds_alternative<T>(v_); }
   explicit operator bool() const { return ok(); }
-  // Only valid when ok().
-  T& value() & { return std::get<T>(v_); }
-  const T& value() const& { return std::get<T>(v_); }
-  T&& value() && { return std::get<T>(std::move(v_)); }
+  // Precondition: ok() (else abort, see above).
+  T& value() & { return *Checked(); }
+  const T& value() const& { return *Checked(); }
+  T&& value() && { return std::move(*Checked()); }
   T& operator*() & { return value(); }
-  T* operator->() { return &value(); }
+  T* operator->() { return Checked(); }
   // Status::Ok() when ok().
-  Status status() const { return ok() ? Status::Ok() : std::get<Status>(v_); }
+  Status status() const {
+    const Status* s = std::get_if<Status>(&v_);
+    return s ? *s : Status::Ok();
+  }
 
  private:
+  T* Checked() { return const_cast<T*>(static_cast<const Result*>(this)->Checked()); }
+  const T* Checked() const {
+    const T* v = std::get_if<T>(&v_);
+    if (!v) {
+      std::fprintf(stderr, "hixl: Result::value() called on an error (check ok() first): %s\n",
+                   std::get_if<Status>(&v_)->ToString().c_str());
+      std::abort();
+    }
+    return v;
+  }
+
   std::variant<T, Status> v_;
 };
 

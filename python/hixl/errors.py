@@ -1,59 +1,35 @@
 """hixl.errors: the error codes and the exceptions hixl raises.
 
+The codes come from the one table of include/hixl/hixl_errors.h
+(HIXL_ERROR_CODES, HIXL_ENGINE_STATUSES), which the native module exports
+(``_hixl._error_table()``, ``_hixl._engine_status_table()``): the constants,
+``NAMES``, ``DESCRIPTIONS``, ``CLASSES`` and the ``ENGINE_*`` tables below are
+built from it when this module is imported, and the import fails if the table
+names an exception class that is not defined here.  A code added to the
+table without its class here cannot go unnoticed.
+
 The world API (hixl.init, put, get, ...) raises one class per HIXL_ERR_*
 code of include/hixl/hixl.h: a subclass of :class:`HixlError` whose ``code``
 is the C API's negative error code (the ``ERR_*`` constants here, named as
 in hixl.h without the ``HIXL_`` prefix) and whose message is the library's
 own explanation (``str(err)``).  ``CLASSES`` maps each code to its class;
 ``error_for(code, message)`` makes the exception, and is what the native
-module raises through, so this table is the only one.  Where a built-in
-exception means the same thing, the class derives from it too, so ``except
-TimeoutError`` or ``except ValueError`` also work.
+module raises through.  Where a built-in exception means the same thing, the
+class derives from it too, so ``except TimeoutError`` or ``except
+ValueError`` also work.
 
 hixl.Engine raises :class:`EngineError` subclasses instead, by the engine's
 status numbers (``ENGINE_*``, include/hixl/engine.hpp; ``ENGINE_CLASSES``,
-``engine_error_for``).  Where an engine status means the same as a C code,
-its class is also that code's class: an engine NotConnectedError is a
-HixlNotConnectedError, a RemoteNotRegisteredError a NotRegisteredError.
+``engine_error_for``); ``err.hixl_code`` is the failure's precise HIXL_ERR_*
+code.  Where an engine status means the same as a C code, its class is also
+that code's class: an engine NotConnectedError is a HixlNotConnectedError, a
+RemoteNotRegisteredError (PARAM_INVALID whose code is
+HIXL_ERR_NOT_REGISTERED) a NotRegisteredError.
 
 tests/python/test_error_table.py checks these tables against the headers.
 """
 
-SUCCESS = 0
-ERR_INVALID_ARG = -1
-ERR_NOT_INITIALIZED = -2
-ERR_NOT_REGISTERED = -3
-ERR_INVALID_RANK = -4
-ERR_TIMEOUT = -5
-ERR_PEER_FAILED = -6
-ERR_NO_MEMORY = -7
-ERR_TRANSPORT = -8
-ERR_UNSUPPORTED = -9
-ERR_ALREADY_INITIALIZED = -10
-ERR_BOOTSTRAP = -11
-ERR_INTERNAL = -12
-ERR_QUEUE_FULL = -13
-ERR_NOT_CONNECTED = -14
-
-# code -> its name in hixl.h (also hixl.strerror(code) up to the colon).
-NAMES = {
-    SUCCESS: "HIXL_SUCCESS",
-    ERR_INVALID_ARG: "HIXL_ERR_INVALID_ARG",
-    ERR_NOT_INITIALIZED: "HIXL_ERR_NOT_INITIALIZED",
-    ERR_NOT_REGISTERED: "HIXL_ERR_NOT_REGISTERED",
-    ERR_INVALID_RANK: "HIXL_ERR_INVALID_RANK",
-    ERR_TIMEOUT: "HIXL_ERR_TIMEOUT",
-    ERR_PEER_FAILED: "HIXL_ERR_PEER_FAILED",
-    ERR_NO_MEMORY: "HIXL_ERR_NO_MEMORY",
-    ERR_TRANSPORT: "HIXL_ERR_TRANSPORT",
-    ERR_UNSUPPORTED: "HIXL_ERR_UNSUPPORTED",
-    ERR_ALREADY_INITIALIZED: "HIXL_ERR_ALREADY_INITIALIZED",
-    ERR_BOOTSTRAP: "HIXL_ERR_BOOTSTRAP",
-    ERR_INTERNAL: "HIXL_ERR_INTERNAL",
-    ERR_QUEUE_FULL: "HIXL_ERR_QUEUE_FULL",
-    ERR_NOT_CONNECTED: "HIXL_ERR_NOT_CONNECTED",
-}
-
+from . import _hixl as _native
 
 class HixlError(Exception):
     """A failure reported by hixl.
@@ -133,29 +109,9 @@ class HixlNotConnectedError(HixlError, ConnectionError):
     hixl.NotConnectedError, a subclass, with the engine's status number as ``code``)."""
 
 
-# code -> the exception class error_for() raises for it.
-CLASSES = {
-    ERR_INVALID_ARG: InvalidArgumentError,
-    ERR_NOT_INITIALIZED: NotInitializedError,
-    ERR_NOT_REGISTERED: NotRegisteredError,
-    ERR_INVALID_RANK: InvalidRankError,
-    ERR_TIMEOUT: HixlTimeoutError,
-    ERR_PEER_FAILED: PeerFailedError,
-    ERR_NO_MEMORY: NoMemoryError,
-    ERR_TRANSPORT: TransportError,
-    ERR_UNSUPPORTED: UnsupportedError,
-    ERR_ALREADY_INITIALIZED: AlreadyInitializedError,
-    ERR_BOOTSTRAP: BootstrapError,
-    ERR_INTERNAL: InternalError,
-    ERR_QUEUE_FULL: QueueFullError,
-    ERR_NOT_CONNECTED: HixlNotConnectedError,
-}
-
-
-# Shown as hixl.NotRegisteredError (etc.) in tracebacks.
-for _cls in (HixlError, *CLASSES.values()):
-    _cls.__module__ = "hixl"
-del _cls
+class HixlAlreadyConnectedError(HixlError):
+    """HIXL_ERR_ALREADY_CONNECTED: connect to an engine already connected (the engine API raises
+    it as hixl.AlreadyConnectedError, a subclass, with the engine's status number as ``code``)."""
 
 
 # ------------------------------------------------------------------ the engine API
@@ -163,31 +119,15 @@ del _cls
 # hixl.Engine reports the status numbers of the CANN library's engine API
 # (include/hixl/engine.hpp); `code` and `status` are that number.
 
-ENGINE_SUCCESS = 0
-ENGINE_PARAM_INVALID = 103900
-ENGINE_TIMEOUT = 103901
-ENGINE_NOT_CONNECTED = 103902
-ENGINE_ALREADY_CONNECTED = 103903
-ENGINE_UNSUPPORTED = 103905
-ENGINE_RESOURCE_EXHAUSTED = 203900
-ENGINE_FAILED = 503900
-
-# engine status -> its name in engine.hpp (hixl::EngineStatusName).
-ENGINE_NAMES = {
-    ENGINE_SUCCESS: "SUCCESS",
-    ENGINE_PARAM_INVALID: "PARAM_INVALID",
-    ENGINE_TIMEOUT: "TIMEOUT",
-    ENGINE_NOT_CONNECTED: "NOT_CONNECTED",
-    ENGINE_ALREADY_CONNECTED: "ALREADY_CONNECTED",
-    ENGINE_UNSUPPORTED: "UNSUPPORTED",
-    ENGINE_RESOURCE_EXHAUSTED: "RESOURCE_EXHAUSTED",
-    ENGINE_FAILED: "FAILED",
-}
-
 
 class EngineError(HixlError):
     """A failure reported by hixl.Engine; ``status`` (also ``code``) is the
-    engine status number, ``name`` its name (e.g. ``"NOT_CONNECTED"``)."""
+    engine status number, ``name`` its name (e.g. ``"NOT_CONNECTED"``) and
+    ``hixl_code`` the failure's precise HIXL_ERR_* code (None if unknown)."""
+
+    def __init__(self, status, message, hixl_code=None):
+        super().__init__(status, message)
+        self.hixl_code = hixl_code
 
     @property
     def status(self):
@@ -197,13 +137,17 @@ class EngineError(HixlError):
     def name(self):
         return ENGINE_NAMES.get(self.code, "UNKNOWN")
 
+    def __reduce__(self):
+        return (type(self), (self.code, self.message, self.hixl_code))
+
 
 class ParamInvalidError(EngineError, ValueError):
     """PARAM_INVALID: a bad argument, address, range or handle."""
 
 
 class RemoteNotRegisteredError(ParamInvalidError, NotRegisteredError):
-    """PARAM_INVALID for a remote range the peer has not registered (also a NotRegisteredError)."""
+    """PARAM_INVALID for a remote range the peer has not registered (its ``hixl_code`` is
+    HIXL_ERR_NOT_REGISTERED; also a NotRegisteredError)."""
 
 
 class EngineTimeoutError(EngineError, TimeoutError):
@@ -215,8 +159,8 @@ class NotConnectedError(EngineError, HixlNotConnectedError):
     hence a ConnectionError)."""
 
 
-class AlreadyConnectedError(EngineError):
-    """ALREADY_CONNECTED: connect() to an engine already connected."""
+class AlreadyConnectedError(EngineError, HixlAlreadyConnectedError):
+    """ALREADY_CONNECTED: connect() to an engine already connected (also a HixlAlreadyConnectedError)."""
 
 
 class EngineUnsupportedError(EngineError, NotImplementedError):
@@ -231,27 +175,70 @@ class EngineFailedError(EngineError, RuntimeError):
     """FAILED: the call failed (a peer died, a call after finalize(), ...)."""
 
 
-# engine status -> the exception class engine_error_for() raises for it.
-ENGINE_CLASSES = {
-    ENGINE_PARAM_INVALID: ParamInvalidError,
-    ENGINE_TIMEOUT: EngineTimeoutError,
-    ENGINE_NOT_CONNECTED: NotConnectedError,
-    ENGINE_ALREADY_CONNECTED: AlreadyConnectedError,
-    ENGINE_UNSUPPORTED: EngineUnsupportedError,
-    ENGINE_RESOURCE_EXHAUSTED: ResourceExhaustedError,
-    ENGINE_FAILED: EngineFailedError,
-}
+# ------------------------------------------------------------------ the table
+#
+# Everything below comes from include/hixl/hixl_errors.h through the native
+# module; nothing here repeats a number.
 
-for _cls in (EngineError, RemoteNotRegisteredError, *ENGINE_CLASSES.values()):
+# code -> its name in hixl.h (also hixl.strerror(code) up to the colon).
+NAMES = {}
+# code -> what it means (hixl.strerror(code) after "NAME: ").
+DESCRIPTIONS = {}
+# code -> the exception class error_for() raises for it.
+CLASSES = {}
+# code -> the engine status number the engine API returns for it.
+ENGINE_STATUS_FOR = {}
+# engine status -> its name in engine.hpp (hixl::EngineStatusName).
+ENGINE_NAMES = {}
+# engine status -> the exception class engine_error_for() raises for it.
+ENGINE_CLASSES = {}
+
+
+def _class_named(name, base, row):
+    cls = globals().get(name)
+    if not (isinstance(cls, type) and issubclass(cls, base)):
+        raise ImportError(f"hixl.errors: the error table (include/hixl/hixl_errors.h) names the exception class "
+                          f"{name} for {row}, but python/hixl/errors.py defines no {base.__name__} subclass of "
+                          f"that name")
+    return cls
+
+
+def _build():
+    engine_by_name = {}
+    for status, name, description, class_name in _native._engine_status_table():
+        globals()["ENGINE_" + name] = status
+        ENGINE_NAMES[status] = name
+        engine_by_name[name] = status
+        if class_name != "None":
+            ENGINE_CLASSES[status] = _class_named(class_name, EngineError, f"engine status {name} ({status})")
+    for code, name, description, engine_name, class_name in _native._error_table():
+        constant = "SUCCESS" if code == 0 else name[len("HIXL_"):]
+        globals()[constant] = code
+        NAMES[code] = name
+        DESCRIPTIONS[code] = description
+        ENGINE_STATUS_FOR[code] = engine_by_name[engine_name]
+        if class_name != "None":
+            cls = _class_named(class_name, HixlError, f"{name} ({code})")
+            if issubclass(cls, EngineError):
+                raise ImportError(f"hixl.errors: {name} names {class_name}, an engine class")
+            CLASSES[code] = cls
+
+
+_build()
+del _build
+
+# Shown as hixl.NotRegisteredError (etc.) in tracebacks.
+for _cls in (HixlError, EngineError, RemoteNotRegisteredError, *CLASSES.values(), *ENGINE_CLASSES.values()):
     _cls.__module__ = "hixl"
 del _cls
 
 
-def engine_error_for(status, message):
-    """The exception object for an engine status (used by the native module)."""
-    if status == ENGINE_PARAM_INVALID and "Remote memory not registered" in message:
-        return RemoteNotRegisteredError(status, message)
-    return ENGINE_CLASSES.get(status, EngineError)(status, message)
+def engine_error_for(status, message, code=None):
+    """The exception object for an engine status (used by the native module);
+    ``code`` is the failure's precise HIXL_ERR_* code, where known."""
+    if status == ENGINE_PARAM_INVALID and code == ERR_NOT_REGISTERED:  # noqa: F821 (from the table)
+        return RemoteNotRegisteredError(status, message, code)
+    return ENGINE_CLASSES.get(status, EngineError)(status, message, code)
 
 
 def error_for(code, message):
@@ -263,7 +250,7 @@ __all__ = [
     "HixlError", "InvalidArgumentError", "NotInitializedError", "NotRegisteredError",
     "InvalidRankError", "HixlTimeoutError", "PeerFailedError", "NoMemoryError",
     "TransportError", "UnsupportedError", "AlreadyInitializedError", "BootstrapError",
-    "InternalError", "QueueFullError", "HixlNotConnectedError",
+    "InternalError", "QueueFullError", "HixlNotConnectedError", "HixlAlreadyConnectedError",
     "EngineError", "ParamInvalidError", "RemoteNotRegisteredError", "EngineTimeoutError", "NotConnectedError",
     "AlreadyConnectedError", "EngineUnsupportedError", "ResourceExhaustedError", "EngineFailedError",
 ]

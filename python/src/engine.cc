@@ -29,18 +29,22 @@ namespace hixl_py {
 
 namespace {
 
-// Runs an engine call without the GIL; raises on failure.  The message is
-// read on the same thread, right after the call.
+// Runs an engine call without the GIL; raises on failure.  The message and
+// the precise code are read on the same thread, right after the call.
 template <typename F>
 void EngineCall(F&& f) {
   hixl::EngineStatus st;
   std::string why;
+  int code = HIXL_SUCCESS;
   {
     py::gil_scoped_release nogil;
     st = f();
-    if (st != hixl::SUCCESS) why = hixl::Engine::LastError();
+    if (st != hixl::SUCCESS) {
+      why = hixl::Engine::LastError();
+      code = hixl::Engine::LastErrorCode();
+    }
   }
-  if (st != hixl::SUCCESS) RaiseEngine(st, why);
+  if (st != hixl::SUCCESS) RaiseEngine(st, why, code);
 }
 
 hixl::TransferOp ToOp(py::handle op) {
@@ -234,11 +238,25 @@ class PyEngine {
   hixl::TransferStatus GetTransferStatus(PyTransferReq& r) {
     if (r.done) return r.status;  // asked again: the same answer
     hixl::TransferStatus st = hixl::TransferStatus::WAITING;
-    EngineCall([&] { return engine_.GetTransferStatus(r.req, st); });
+    hixl::EngineStatus ret = hixl::SUCCESS;
+    std::string why;
+    int code = HIXL_SUCCESS;
+    {
+      py::gil_scoped_release nogil;
+      ret = engine_.GetTransferStatus(r.req, st);
+      why = hixl::Engine::LastError();
+      code = hixl::Engine::LastErrorCode();
+    }
+    // A transfer that ended FAILED or TIMEOUT is an answer, not a failure of
+    // this call: the engine returns FAILED / TIMEOUT with status set, and
+    // Python returns the status with req.error saying why.
+    const bool ended_badly = (st == hixl::TransferStatus::FAILED && ret == hixl::FAILED) ||
+                             (st == hixl::TransferStatus::TIMEOUT && ret == hixl::TIMEOUT);
+    if (ret != hixl::SUCCESS && !ended_badly) RaiseEngine(ret, why, code);
     if (st != hixl::TransferStatus::WAITING) {
       r.done = true;
       r.status = st;
-      if (st != hixl::TransferStatus::COMPLETED) r.error = hixl::Engine::LastError();
+      if (st != hixl::TransferStatus::COMPLETED) r.error = why;
       r.keep.clear();
     }
     return st;

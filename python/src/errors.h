@@ -21,8 +21,12 @@ namespace py = pybind11;
 // Python error (throws py::error_already_set).
 [[noreturn]] void Raise(int code, const std::string& message);
 [[noreturn]] void RaiseInvalid(const std::string& message);  // HIXL_ERR_INVALID_ARG
-// The same for an engine status: hixl.errors.engine_error_for(status, message).
-[[noreturn]] void RaiseEngine(hixl::EngineStatus status, const std::string& message);
+// The same for an engine status: hixl.errors.engine_error_for(status,
+// message, code), where code is the failure's precise HIXL_ERR_* code
+// (hixl::Engine::LastErrorCode(); the binding's own argument checks are
+// HIXL_ERR_INVALID_ARG).
+[[noreturn]] void RaiseEngine(hixl::EngineStatus status, const std::string& message,
+                              int code = HIXL_ERR_INVALID_ARG);
 
 // Raises unless s is ok.
 void Check(const hixl::Status& s);
@@ -49,7 +53,9 @@ PyObject* Protect(F&& f) {
 // The Python type name of an object, for messages.
 std::string TypeName(py::handle h);
 
-// strerror and the engine status names (from the public C/C++ API).
+// strerror, the engine status names, and the one table of error codes
+// (hixl/hixl_errors.h) that hixl.errors builds its constants and classes
+// from: _error_table() and _engine_status_table().
 void BindErrors(py::module_& m);
 
 }  // namespace hixl_py

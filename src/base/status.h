@@ -13,8 +13,14 @@ Status Err(Errc code, fmt::format_string<Args...> f, Args&&... args) {
   return Status(code, fmt::format(f, std::forward<Args>(args)...));
 }
 
-// "HIXL_ERR_TIMEOUT" for a code.
+// "HIXL_ERR_TIMEOUT" for a code ("HIXL_ERR_UNKNOWN" for a number that is
+// no row of HIXL_ERROR_CODES).
 const char* ErrcName(int code);
+// "timed out (HIXL_TIMEOUT_MS)": the table's description of a code
+// ("unknown error code" for a number that is none).
+const char* ErrcDescription(int code);
+// True for the numbers that are rows of HIXL_ERROR_CODES.
+bool IsKnownErrc(int code);
 
 // The calling thread's last error, as hixl_last_error() reports it.
 void SetLastError(const Status& s);

@@ -192,7 +192,7 @@ Status Engine::Impl::Connect(const std::string& remote, int32_t timeout_ms) {
   {
     std::lock_guard lock(conns_mu);
     if (auto it = conns.find(remote); it != conns.end()) {
-      return Status(Errc::kAlreadyInitialized, fmt::format("Engine::Connect: already connected to {}{}", remote,
+      return Status(Errc::kAlreadyConnected, fmt::format("Engine::Connect: already connected to {}{}", remote,
                                                             it->second ? "" : " (a connection is being made)"));
     }
     conns.emplace(remote, nullptr);  // reserved while we connect

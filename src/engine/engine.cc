@@ -1,41 +1,32 @@
 // The engine's public methods: each runs under the life lock, calls the
 // implementation and turns its Status into an EngineStatus (the CANN
-// numbers) and the calling thread's LastError().
+// numbers, by the one table: engine/engine_status.h) and the calling
+// thread's LastError() / LastErrorCode().  Codes travel as hixl::Errc up to
+// here; nothing is recovered from a message.
 #include <hixl/engine.hpp>
 
 #include <string>
 
 #include "engine/engine_impl.h"
+#include "engine/engine_status.h"
 
 namespace hixl {
 
 namespace {
 
 thread_local std::string t_last_error;
+thread_local int t_last_code = HIXL_SUCCESS;
 
-EngineStatus FromErrc(Errc c) {
-  switch (c) {
-    case Errc::kOk: return SUCCESS;
-    case Errc::kInvalidArg:
-    case Errc::kNotRegistered:
-    case Errc::kInvalidRank: return PARAM_INVALID;
-    case Errc::kTimeout: return TIMEOUT;
-    case Errc::kUnsupported: return UNSUPPORTED;
-    case Errc::kNoMemory:
-    case Errc::kQueueFull: return RESOURCE_EXHAUSTED;
-    case Errc::kNotConnected: return NOT_CONNECTED;
-    default: return FAILED;
-  }
-}
-
-// Sets the calling thread's last error and returns the code.
-EngineStatus Fail(EngineStatus code, std::string message) {
-  t_last_error = std::move(message);
+// Sets the calling thread's last error and returns `code`.
+EngineStatus Fail(EngineStatus code, const Status& s) {
+  t_last_error = s.message();
+  t_last_code = s.raw_code();
   return code;
 }
-EngineStatus Fail(const Status& s) { return Fail(FromErrc(s.code()), s.message()); }
+EngineStatus Fail(const Status& s) { return Fail(engine::StatusFor(s.code()), s); }
 EngineStatus Done() {
   t_last_error.clear();
+  t_last_code = HIXL_SUCCESS;
   return SUCCESS;
 }
 
@@ -43,15 +34,13 @@ EngineStatus Done() {
 
 const char* EngineStatusName(EngineStatus status) {
   switch (status) {
-    case SUCCESS: return "SUCCESS";
-    case PARAM_INVALID: return "PARAM_INVALID";
-    case TIMEOUT: return "TIMEOUT";
-    case NOT_CONNECTED: return "NOT_CONNECTED";
-    case ALREADY_CONNECTED: return "ALREADY_CONNECTED";
-    case UNSUPPORTED: return "UNSUPPORTED";
-    case RESOURCE_EXHAUSTED: return "RESOURCE_EXHAUSTED";
-    case FAILED: return "FAILED";
-    default: return "UNKNOWN";
+#define HIXL_ENGINE_NAME_CASE_(name, value, desc, py) \
+  case value:                                         \
+    return #name;
+    HIXL_ENGINE_STATUSES(HIXL_ENGINE_NAME_CASE_)
+#undef HIXL_ENGINE_NAME_CASE_
+    default:
+      return "UNKNOWN";
   }
 }
 
@@ -62,21 +51,23 @@ Engine::Engine() : impl_(std::make_shared<Impl>()) {}
 Engine::~Engine() { Finalize(); }
 
 const char* Engine::LastError() { return t_last_error.c_str(); }
+int Engine::LastErrorCode() { return t_last_code; }
 
 #define HIXL_ENGINE_LIVE(api)                                                                          \
   std::shared_lock life(impl_->life_mu);                                                             \
   if (impl_->state != Impl::State::kLive) {                                                          \
-    return Fail(FAILED, fmt::format("{} called {}", api,                                             \
-                                    impl_->state == Impl::State::kNew ? "before Engine::Initialize"  \
-                                                                      : "after Engine::Finalize")); \
+    return Fail(Err(Errc::kNotInitialized, "{} called {}", api,                                       \
+                    impl_->state == Impl::State::kNew ? "before Engine::Initialize"                  \
+                                                      : "after Engine::Finalize"));                  \
   }
 
 EngineStatus Engine::Initialize(const std::string& local_engine, const std::map<std::string, std::string>& options) {
   std::unique_lock life(impl_->life_mu);
   if (impl_->state != Impl::State::kNew) {
-    return Fail(FAILED, impl_->state == Impl::State::kLive ? "Engine::Initialize called twice"
-                                                           : "Engine::Initialize called after Engine::Finalize; use a "
-                                                             "new Engine");
+    return Fail(Status(Errc::kAlreadyInitialized,
+                       impl_->state == Impl::State::kLive ? "Engine::Initialize called twice"
+                                                          : "Engine::Initialize called after Engine::Finalize; use a "
+                                                            "new Engine"));
   }
   Status s = impl_->Start(local_engine, options);
   if (!s.ok()) {
@@ -117,7 +108,6 @@ EngineStatus Engine::DeregisterMem(MemHandle handle) {
 EngineStatus Engine::Connect(const std::string& remote_engine, int32_t timeout_ms) {
   HIXL_ENGINE_LIVE("Engine::Connect");
   Status s = impl_->Connect(remote_engine, timeout_ms);
-  if (s.code() == Errc::kAlreadyInitialized) return Fail(ALREADY_CONNECTED, s.message());
   return s.ok() ? Done() : Fail(s);
 }
 
@@ -146,15 +136,19 @@ EngineStatus Engine::TransferAsync(const std::string& remote_engine, TransferOp 
 
 EngineStatus Engine::GetTransferStatus(const TransferReq& req, TransferStatus& status) {
   HIXL_ENGINE_LIVE("Engine::GetTransferStatus");
-  Status s = impl_->GetStatus(req, &status);
-  if (s.ok()) return Done();
-  // The transfer's own failure: the call worked, the status says FAILED or
-  // TIMEOUT, and LastError() says why.
-  if (s.code() == Errc::kTransport || s.code() == Errc::kTimeout) {
-    t_last_error = s.message();
-    return SUCCESS;
+  TransferStatus st = TransferStatus::WAITING;
+  Status s = impl_->GetStatus(req, &st);
+  if (s.ok()) {
+    status = st;
+    return Done();
   }
-  return Fail(s);
+  // The transfer's own end, FAILED or TIMEOUT: reported as that status, with
+  // its cause (code and words) in LastError() / LastErrorCode().
+  if (st == TransferStatus::FAILED || st == TransferStatus::TIMEOUT) {
+    status = st;
+    return Fail(st == TransferStatus::FAILED ? FAILED : TIMEOUT, s);
+  }
+  return Fail(s);  // the call itself failed (an unknown req): status unchanged
 }
 
 EngineStatus Engine::SendNotify(const std::string& remote_engine, const NotifyDesc& notify, int32_t timeout_ms) {

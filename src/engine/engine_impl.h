@@ -106,6 +106,7 @@ struct Engine::Impl final : private core::Session::Delegate {
     std::atomic<bool> abandoned{false};  // the caller saw TIMEOUT: stop early
     std::atomic<int> state{static_cast<int>(TransferStatus::WAITING)};
     std::string message;  // why it failed; written before state
+    Errc code = Errc::kOk;  // why it failed, as a code; written before state
   };
 
   // Held shared by every call, exclusively by Initialize and Finalize.

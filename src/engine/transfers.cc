@@ -126,6 +126,7 @@ void Engine::Impl::Work() {
     TransferStatus st = TransferStatus::COMPLETED;
     if (!s.ok()) {
       r->message = s.message();
+      r->code = s.code();
       st = s.code() == Errc::kTimeout ? TransferStatus::TIMEOUT : TransferStatus::FAILED;
     }
     r->state.store(static_cast<int>(st), std::memory_order_release);
@@ -152,7 +153,9 @@ Status Engine::Impl::GetStatus(TransferReq req, TransferStatus* out) {
   *out = st;
   Status s;
   if (st == TransferStatus::FAILED || st == TransferStatus::TIMEOUT) {
-    s = Status(st == TransferStatus::FAILED ? Errc::kTransport : Errc::kTimeout, r.message);
+    // The failure's own code (a FAILED transfer never has kTimeout: that
+    // ends it TIMEOUT), not a stand-in.
+    s = Status(st == TransferStatus::FAILED ? r.code : Errc::kTimeout, r.message);
   }
   if (st != TransferStatus::WAITING) requests.erase(it);
   return s;

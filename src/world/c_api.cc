@@ -1,4 +1,6 @@
-// The C API: a thin layer over the C++ one.  Every failure records its
+// The C API: a thin front door over the process's world (world/world.h),
+// beside the C++ one (cxx_api.cc) rather than on top of it; both call the
+// same WorldImpl, so they behave the same.  Every failure records its
 // message for hixl_last_error() on the calling thread.  No exception
 // crosses this boundary.
 #include <hixl/hixl.h>
@@ -216,23 +218,15 @@ int hixl_wait_notification(hixl_notification_t* out, int64_t timeout_ms) {
 }
 
 const char* hixl_strerror(int err) {
+  // "NAME: description", from the one table (hixl_errors.h).
   switch (err) {
-    case HIXL_SUCCESS: return "HIXL_SUCCESS: success";
-    case HIXL_ERR_INVALID_ARG: return "HIXL_ERR_INVALID_ARG: invalid argument (null pointer, bad size or range)";
-    case HIXL_ERR_NOT_INITIALIZED: return "HIXL_ERR_NOT_INITIALIZED: called before hixl_init or after hixl_finalize";
-    case HIXL_ERR_NOT_REGISTERED: return "HIXL_ERR_NOT_REGISTERED: remote memory not registered";
-    case HIXL_ERR_INVALID_RANK: return "HIXL_ERR_INVALID_RANK: rank outside the world";
-    case HIXL_ERR_TIMEOUT: return "HIXL_ERR_TIMEOUT: timed out (HIXL_TIMEOUT_MS)";
-    case HIXL_ERR_PEER_FAILED: return "HIXL_ERR_PEER_FAILED: a peer process failed or left";
-    case HIXL_ERR_NO_MEMORY: return "HIXL_ERR_NO_MEMORY: out of memory or address space";
-    case HIXL_ERR_TRANSPORT: return "HIXL_ERR_TRANSPORT: transport failure";
-    case HIXL_ERR_UNSUPPORTED: return "HIXL_ERR_UNSUPPORTED: not supported by this build or setting";
-    case HIXL_ERR_ALREADY_INITIALIZED: return "HIXL_ERR_ALREADY_INITIALIZED: hixl_init called twice";
-    case HIXL_ERR_BOOTSTRAP: return "HIXL_ERR_BOOTSTRAP: environment or rendezvous problem";
-    case HIXL_ERR_INTERNAL: return "HIXL_ERR_INTERNAL: internal error in hixl";
-    case HIXL_ERR_QUEUE_FULL: return "HIXL_ERR_QUEUE_FULL: the target's notification queue is full";
-    case HIXL_ERR_NOT_CONNECTED: return "HIXL_ERR_NOT_CONNECTED: no live connection to that engine";
-    default: return "HIXL_ERR_UNKNOWN: unknown error code";
+#define HIXL_STRERROR_CASE_(c_name, cxx_name, value, desc, engine, py) \
+  case value:                                                           \
+    return #c_name ": " desc;
+    HIXL_ERROR_CODES(HIXL_STRERROR_CASE_)
+#undef HIXL_STRERROR_CASE_
+    default:
+      return "HIXL_ERR_UNKNOWN: unknown error code";
   }
 }
 

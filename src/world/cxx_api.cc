@@ -1,4 +1,5 @@
-// The C++ API: handles over the process's world (core/world.h).
+// The C++ API: handles over the process's world (world/world.h), beside the C
+// API (c_api.cc), which calls the same WorldImpl rather than this file.
 #include <hixl/hixl.hpp>
 
 #include "world/world.h"

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include <hixl/engine.hpp>
+#include <hixl/hixl.h>
 
 #include <atomic>
 #include <chrono>
@@ -417,6 +418,7 @@ TEST_P(EngineTest, ConnectDisconnectReconnectAndTheirErrors) {
   ASSERT_EQ(e.Connect(p.engine, 10000), hixl::SUCCESS) << hixl::Engine::LastError();
   EXPECT_EQ(e.Connect(p.engine, 10000), hixl::ALREADY_CONNECTED);
   EXPECT_NE(std::string(hixl::Engine::LastError()).find("already connected"), std::string::npos);
+  EXPECT_EQ(hixl::Engine::LastErrorCode(), HIXL_ERR_ALREADY_CONNECTED);
   ASSERT_EQ(e.TransferSync(p.engine, hixl::WRITE, {{b.addr(), p.buf, 4096}}, 10000), hixl::SUCCESS);
   ASSERT_EQ(e.Disconnect(p.engine, 5000), hixl::SUCCESS) << hixl::Engine::LastError();
   EXPECT_EQ(e.Disconnect(p.engine, 5000), hixl::NOT_CONNECTED);
@@ -479,6 +481,47 @@ TEST_P(EngineTest, UnregisteredRemoteRangeFailsTheWholeBatchBeforeAnyByteMoves) 
   // An empty batch and empty blocks are fine.
   EXPECT_EQ(e.TransferSync(p.engine, hixl::WRITE, {}, 1000), hixl::SUCCESS);
   EXPECT_EQ(e.TransferSync(p.engine, hixl::WRITE, {{b.addr(), p.buf, 0}}, 1000), hixl::SUCCESS);
+}
+
+TEST_P(EngineTest, AnAsyncTransferThatFailsReportsFailedWithItsCode) {
+  // GetTransferStatus of a transfer that ended FAILED returns FAILED (not
+  // SUCCESS), sets status FAILED, and keeps the failure's own code and words.
+  constexpr size_t kLen = 1 << 20;
+  Peer& p = Start(kLen);
+  hixl::Engine& e = Client(p);
+  Buf b(4096);
+  hixl::TransferReq req = nullptr;
+  // The range runs past the end of the peer's region: the worker finds it.
+  ASSERT_EQ(e.TransferAsync(p.engine, hixl::WRITE, {{b.addr(), p.buf + kLen - 100, 200}}, {}, req), hixl::SUCCESS)
+      << hixl::Engine::LastError();
+  hixl::TransferStatus st = hixl::TransferStatus::WAITING;
+  hixl::EngineStatus ret = hixl::SUCCESS;
+  const auto deadline = Clock::now() + std::chrono::seconds(60);
+  while (st == hixl::TransferStatus::WAITING && Clock::now() < deadline) {
+    ret = e.GetTransferStatus(req, st);
+    if (st == hixl::TransferStatus::WAITING) {
+      ASSERT_EQ(ret, hixl::SUCCESS) << hixl::Engine::LastError();
+      std::this_thread::yield();
+    }
+  }
+  ASSERT_EQ(st, hixl::TransferStatus::FAILED) << hixl::Engine::LastError();
+  EXPECT_EQ(ret, hixl::FAILED);
+  EXPECT_STREQ(hixl::EngineStatusName(ret), "FAILED");
+  EXPECT_EQ(hixl::Engine::LastErrorCode(), HIXL_ERR_NOT_REGISTERED);
+  EXPECT_NE(std::string(hixl::Engine::LastError()).find("Remote memory not registered"), std::string::npos)
+      << hixl::Engine::LastError();
+  // Reported once: then the request is unknown (PARAM_INVALID), status untouched.
+  st = hixl::TransferStatus::COMPLETED;
+  EXPECT_EQ(e.GetTransferStatus(req, st), hixl::PARAM_INVALID);
+  EXPECT_EQ(st, hixl::TransferStatus::COMPLETED);
+  EXPECT_EQ(hixl::Engine::LastErrorCode(), HIXL_ERR_INVALID_ARG);
+  // The same range in a synchronous transfer: PARAM_INVALID, code NOT_REGISTERED.
+  EXPECT_EQ(e.TransferSync(p.engine, hixl::WRITE, {{b.addr(), p.buf + kLen - 100, 200}}, 10000), hixl::PARAM_INVALID);
+  EXPECT_EQ(hixl::Engine::LastErrorCode(), HIXL_ERR_NOT_REGISTERED);
+  // A success clears both.
+  ASSERT_EQ(e.TransferSync(p.engine, hixl::WRITE, {{b.addr(), p.buf, 64}}, 10000), hixl::SUCCESS);
+  EXPECT_EQ(hixl::Engine::LastErrorCode(), HIXL_SUCCESS);
+  EXPECT_STREQ(hixl::Engine::LastError(), "");
 }
 
 TEST_P(EngineTest, NotificationsArriveAfterTheData) {
@@ -581,11 +624,17 @@ TEST_P(EngineTest, AsyncTransfersCompleteTimeOutAndFailWhenThePeerIsKilled) {
   Fill(b.p, kLen, 31);
   std::vector<hixl::TransferOpDesc> batch;
   for (size_t off = 0; off < kLen; off += 64 << 10) batch.push_back({b.addr() + off, p.buf + off, 64 << 10});
+  // GetTransferStatus returns SUCCESS while WAITING and for COMPLETED, and
+  // the final status's own number for TIMEOUT and FAILED.
   auto wait = [&](hixl::TransferReq req, std::chrono::seconds bound) {
     hixl::TransferStatus st = hixl::TransferStatus::WAITING;
     const auto deadline = Clock::now() + bound;
     while (st == hixl::TransferStatus::WAITING && Clock::now() < deadline) {
-      EXPECT_EQ(e.GetTransferStatus(req, st), hixl::SUCCESS) << hixl::Engine::LastError();
+      const hixl::EngineStatus ret = e.GetTransferStatus(req, st);
+      const hixl::EngineStatus expect = st == hixl::TransferStatus::FAILED    ? hixl::FAILED
+                                        : st == hixl::TransferStatus::TIMEOUT ? hixl::TIMEOUT
+                                                                              : hixl::SUCCESS;
+      EXPECT_EQ(ret, expect) << hixl::Engine::LastError();
       if (st == hixl::TransferStatus::WAITING) std::this_thread::yield();
     }
     return st;
@@ -604,6 +653,7 @@ TEST_P(EngineTest, AsyncTransfersCompleteTimeOutAndFailWhenThePeerIsKilled) {
   ASSERT_EQ(e.TransferAsync(p.engine, hixl::WRITE, batch, args, req), hixl::SUCCESS);
   EXPECT_EQ(wait(req, std::chrono::seconds(60)), hixl::TransferStatus::TIMEOUT);
   EXPECT_NE(std::string(hixl::Engine::LastError()).find("300 ms"), std::string::npos) << hixl::Engine::LastError();
+  EXPECT_EQ(hixl::Engine::LastErrorCode(), HIXL_ERR_TIMEOUT);
   ASSERT_EQ(::kill(p.pid, SIGCONT), 0);
   // 3. Fails: the peer is killed with a transfer pending.
   ASSERT_EQ(::kill(p.pid, SIGSTOP), 0);
@@ -675,6 +725,7 @@ TEST(EngineLifecycle, CallsBeforeInitializeAfterFinalizeAndBadOptions) {
   Buf b(64);
   EXPECT_EQ(e.RegisterMem({b.addr(), 64}, hixl::MEM_HOST, h), hixl::FAILED);
   EXPECT_NE(std::string(hixl::Engine::LastError()).find("before Engine::Initialize"), std::string::npos);
+  EXPECT_EQ(hixl::Engine::LastErrorCode(), HIXL_ERR_NOT_INITIALIZED);
   EXPECT_EQ(e.Initialize("127.0.0.1", {{"no_such_option", "1"}}), hixl::PARAM_INVALID);
   EXPECT_NE(std::string(hixl::Engine::LastError()).find("no_such_option"), std::string::npos);
   EXPECT_EQ(e.Initialize("127.0.0.1", {{"timeout_ms", "soon"}}), hixl::PARAM_INVALID);
@@ -682,6 +733,7 @@ TEST(EngineLifecycle, CallsBeforeInitializeAfterFinalizeAndBadOptions) {
   EXPECT_EQ(e.Initialize("", {}), hixl::PARAM_INVALID);
   ASSERT_EQ(e.Initialize("127.0.0.1", {}), hixl::SUCCESS) << hixl::Engine::LastError();  // after failed tries
   EXPECT_EQ(e.Initialize("127.0.0.1", {}), hixl::FAILED);  // twice
+  EXPECT_EQ(hixl::Engine::LastErrorCode(), HIXL_ERR_ALREADY_INITIALIZED);
   ASSERT_EQ(e.RegisterMem({b.addr(), 64}, hixl::MEM_HOST, h), hixl::SUCCESS);
   e.Finalize();
   e.Finalize();  // idempotent

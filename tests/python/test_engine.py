@@ -98,9 +98,12 @@ def test_errors_are_exceptions(pair):
     assert isinstance(e.value, hixl.ParamInvalidError) and isinstance(e.value, hixl.NotRegisteredError)
     assert e.value.status == 103900 and e.value.name == "PARAM_INVALID"
     assert "Remote memory not registered" in str(e.value)
+    assert e.value.hixl_code == hixl.errors.ERR_NOT_REGISTERED  # known by its code, not its words
     assert int(remote.count_nonzero()) == 0
-    with pytest.raises(hixl.AlreadyConnectedError):
+    with pytest.raises(hixl.AlreadyConnectedError) as e:
         client.connect(name)
+    assert isinstance(e.value, hixl.HixlAlreadyConnectedError) and e.value.status == 103903
+    assert e.value.hixl_code == hixl.errors.ERR_ALREADY_CONNECTED
     with pytest.raises(hixl.NotConnectedError):
         client.transfer_sync("127.0.0.1:1", hixl.WRITE, [(src, remote.data_ptr())])
     with pytest.raises(hixl.EngineTimeoutError):
@@ -121,6 +124,25 @@ def test_errors_are_exceptions(pair):
     client.finalize()
     with pytest.raises(hixl.EngineFailedError, match="after Engine::Finalize"):
         client.connect(name)
+
+
+def test_async_transfer_that_fails(pair):
+    # The engine returns FAILED with status FAILED for it; Python answers
+    # TransferStatus.FAILED (no exception) and req.error says why.
+    server, client, name = pair
+    remote = torch.zeros(1024, dtype=torch.uint8)
+    server.register_mem(remote)
+    src = torch.ones(2048, dtype=torch.uint8)
+    req = client.transfer_async(name, hixl.WRITE, [(src, remote.data_ptr())])  # 2048 bytes into 1024
+    status = hixl.TransferStatus.WAITING
+    for _ in range(1_000_000):
+        status = client.get_transfer_status(req)
+        if status != hixl.TransferStatus.WAITING:
+            break
+    assert status == hixl.TransferStatus.FAILED
+    assert req.done and "Remote memory not registered" in req.error
+    assert client.get_transfer_status(req) == hixl.TransferStatus.FAILED  # asked again: the same answer
+    assert int(remote.count_nonzero()) == 0
 
 
 def test_notification_queue_full():

@@ -1,11 +1,13 @@
-"""The Python error tables against the C and C++ headers, so they cannot drift.
+"""The Python error tables against the one table (include/hixl/hixl_errors.h)
+and the C header, so they cannot drift.
 
-Every HIXL_ERR_* code that include/hixl/hixl.h defines must be in hixl.errors
+Every HIXL_ERR_* code that include/hixl/hixl.h defines must be a row of
+HIXL_ERROR_CODES (as the native module exports it), be in hixl.errors
 (ERR_<NAME>, same value), map to its own exception class, and agree with the
-library's hixl_strerror (hixl.strerror) on its name; every engine status of
-include/hixl/engine.hpp likewise (ENGINE_<NAME>, hixl::EngineStatusName).  A
-code added to a header without its Python side fails here.  Single process;
-needs no world.
+library's hixl_strerror (hixl.strerror) on its name and description; every
+engine status of HIXL_ENGINE_STATUSES likewise (ENGINE_<NAME>,
+hixl::EngineStatusName).  A code added to a header without its Python side
+fails here.  Single process; needs no world.
 """
 
 import os
@@ -26,17 +28,37 @@ def _header(name):
 
 C_HEADER = _header("hixl.h")
 C_CODES = {name: int(code) for name, code in re.findall(r"#define HIXL_ERR_(\w+) \((-\d+)\)", C_HEADER)}
-ENGINE_CODES = {
-    name: int(code) for name, code in re.findall(r"inline constexpr EngineStatus (\w+) = (\d+);", _header("engine.hpp"))
-}
+TABLE_HEADER = _header("hixl_errors.h")
+# The rows as the header spells them (the native module's export is checked against these).
+TABLE_ROWS = {name: int(code) for name, code in re.findall(r"X\(HIXL_(?:ERR_)?(\w+), k\w+, (-?\d+),", TABLE_HEADER)}
+ENGINE_CODES = {name: int(code) for name, code in re.findall(r"X\(([A-Z_]+), (\d+), \"", TABLE_HEADER)}
 ENGINE_FAILURES = {name: code for name, code in ENGINE_CODES.items() if code != 0}
+NATIVE_ROWS = hixl._hixl._error_table()
+NATIVE_ENGINE_ROWS = hixl._hixl._engine_status_table()
 
 
 def test_headers_parsed():
     # The regexes still match the headers (else every table test below would pass vacuously).
-    assert len(C_CODES) >= 14 and C_CODES["INVALID_ARG"] == -1 and C_CODES["NOT_CONNECTED"] == -14
+    assert len(C_CODES) >= 15 and C_CODES["INVALID_ARG"] == -1 and C_CODES["NOT_CONNECTED"] == -14
+    assert C_CODES["ALREADY_CONNECTED"] == -15
     assert sorted(C_CODES.values()) == list(range(-len(C_CODES), 0)), "codes are -1..-N without gaps"
     assert len(ENGINE_CODES) >= 8 and ENGINE_CODES["SUCCESS"] == 0 and ENGINE_CODES["PARAM_INVALID"] == 103900
+
+
+def test_the_c_header_is_the_table():
+    assert TABLE_ROWS == dict(C_CODES, SUCCESS=0)
+    native = {name: code for code, name, _, _, _ in NATIVE_ROWS}
+    assert native == {"HIXL_SUCCESS": 0, **{"HIXL_ERR_" + n: c for n, c in C_CODES.items()}}
+    assert {name: status for status, name, _, _ in NATIVE_ENGINE_ROWS} == ENGINE_CODES
+
+
+def test_every_code_has_a_description_and_an_engine_status():
+    for code, name, description, engine_name, class_name in NATIVE_ROWS:
+        assert description and hixl.strerror(code) == f"{name}: {description}"
+        assert errors.DESCRIPTIONS[code] == description
+        assert engine_name in ENGINE_CODES, name
+        assert errors.ENGINE_STATUS_FOR[code] == ENGINE_CODES[engine_name]
+        assert (class_name == "None") == (code == 0), name
 
 
 def test_success():
@@ -131,9 +153,36 @@ def test_engine_unknown_status():
 
 def test_engine_and_c_codes_agree_where_they_overlap():
     # The engine's NOT_CONNECTED is the C code HIXL_ERR_NOT_CONNECTED's class
-    # too; a remote range not registered is a NotRegisteredError either way.
+    # too (ALREADY_CONNECTED likewise); a remote range not registered is a
+    # NotRegisteredError either way, known by its code, never by its words.
     assert issubclass(errors.NotConnectedError, errors.CLASSES[errors.ERR_NOT_CONNECTED])
     assert issubclass(errors.NotConnectedError, ConnectionError)
-    err = errors.engine_error_for(errors.ENGINE_PARAM_INVALID, "Remote memory not registered: rank 1")
-    assert type(err) is errors.RemoteNotRegisteredError
+    assert issubclass(errors.AlreadyConnectedError, errors.CLASSES[errors.ERR_ALREADY_CONNECTED])
+    err = errors.engine_error_for(errors.ENGINE_PARAM_INVALID, "whatever it says", errors.ERR_NOT_REGISTERED)
+    assert type(err) is errors.RemoteNotRegisteredError and err.hixl_code == errors.ERR_NOT_REGISTERED
     assert isinstance(err, errors.CLASSES[errors.ERR_NOT_REGISTERED])
+    err = errors.engine_error_for(errors.ENGINE_PARAM_INVALID, "Remote memory not registered", errors.ERR_INVALID_ARG)
+    assert type(err) is errors.ParamInvalidError
+
+
+def test_engine_mapping_of_every_code():
+    # Each C code's engine status is what its table row says, and its
+    # exception class agrees with the engine class of that status where the
+    # two mean the same thing.
+    for code, status in errors.ENGINE_STATUS_FOR.items():
+        assert status in errors.ENGINE_NAMES
+        if code == errors.ERR_NOT_CONNECTED:
+            assert status == errors.ENGINE_NOT_CONNECTED
+        if code == errors.ERR_ALREADY_CONNECTED:
+            assert status == errors.ENGINE_ALREADY_CONNECTED
+    assert errors.ENGINE_STATUS_FOR[errors.SUCCESS] == errors.ENGINE_SUCCESS
+
+
+def test_a_row_without_its_class_fails_the_import():
+    # hixl.errors checks each row's class name while it builds its tables;
+    # a name it does not define is an ImportError naming the row.
+    with pytest.raises(ImportError, match="NoSuchError for HIXL_ERR_NEW .-16."):
+        errors._class_named("NoSuchError", errors.HixlError, "HIXL_ERR_NEW (-16)")
+    with pytest.raises(ImportError, match="EngineError subclass"):
+        errors._class_named("InvalidArgumentError", errors.EngineError, "engine status X (1)")
+    assert errors._class_named("QueueFullError", errors.HixlError, "row") is errors.QueueFullError
