@@ -274,6 +274,38 @@ TEST(Node, EnginesAndTheWorldShareOneNodeAndKeepTheirOwnRegions) {
   EXPECT_EQ(ThreadsSettle("hixl-control", 0), 0);
 }
 
+TEST(Node, EnginesOverUcxShareOneWorker) {
+  const std::map<std::string, std::string> ucx = {{"transport", "ucx"}};
+  hixl::Engine a, b;
+  std::string na, nb;
+  if (auto s = Listen(a, &na, ucx); s == hixl::UNSUPPORTED) GTEST_SKIP() << hixl::Engine::LastError();
+  else ASSERT_EQ(s, hixl::SUCCESS) << Why(s);
+  ASSERT_EQ(Listen(b, &nb, ucx), hixl::SUCCESS) << hixl::Engine::LastError();
+  EXPECT_EQ(Threads("hixl-ucx"), 1);
+  EXPECT_EQ(Threads("hixl-shm"), 0);
+  EXPECT_EQ(Threads("hixl-control"), 1);
+  Buf mem(1 << 16, 0), src(1 << 16, 3);
+  hixl::MemHandle h = nullptr;
+  ASSERT_EQ(b.RegisterMem({mem.addr(), mem.v.size()}, hixl::MEM_HOST, h), hixl::SUCCESS);
+  ASSERT_EQ(a.Connect(nb, 10000), hixl::SUCCESS) << hixl::Engine::LastError();
+  ASSERT_EQ(a.TransferSync(nb, hixl::WRITE, {{src.addr(), mem.addr(), mem.v.size()}}, 10000), hixl::SUCCESS)
+      << hixl::Engine::LastError();
+  EXPECT_EQ(mem.v[0], 3);
+  EXPECT_EQ(mem.v.back(), 3);
+  // And to an engine in another process (which offers shm and ucx).
+  PeerProcess peer;
+  const std::string ready = peer.Start();
+  ASSERT_EQ(ready.rfind("READY ", 0), 0u) << ready;
+  const std::string pname = ready.substr(6, ready.find(' ', 6) - 6);
+  const uint64_t paddr = std::stoull(ready.substr(ready.find(' ', 6) + 1));
+  ASSERT_EQ(b.Connect(pname, 10000), hixl::SUCCESS) << hixl::Engine::LastError();
+  ASSERT_EQ(b.TransferSync(pname, hixl::READ, {{src.addr(), paddr, 4096}}, 10000), hixl::SUCCESS)
+      << hixl::Engine::LastError();
+  EXPECT_EQ(src.v[0], 7);
+  EXPECT_EQ(a.DeregisterMem(h), hixl::PARAM_INVALID);  // b's registration, not a's
+  EXPECT_EQ(b.DeregisterMem(h), hixl::SUCCESS);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
