@@ -5,6 +5,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <pthread.h>
+
+#include <condition_variable>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -15,44 +18,101 @@ namespace hixl::bootstrap {
 
 // Request frame: [u8 type][i32 from_rank][payload].
 // Reply frame:   [i32 code][payload, or the error message when code != 0].
+//
+// The thread owns every socket.  Other threads hand it listeners to add and
+// ids to remove (under mu, then a write to the eventfd); it applies them at
+// the top of its loop and counts them applied, which RemoveListener awaits.
 
 struct ControlServer::Impl {
-  ControlHandler handler;
-  net::Fd listener;
-  net::Fd wake;  // eventfd: tells the thread to stop
-  uint16_t port = 0;
+  struct Listening {
+    int id = 0;
+    net::Fd fd;
+    ControlHandler handler;
+  };
+  struct Conn {
+    net::Fd fd;
+    int listener = 0;
+  };
+
+  net::Fd wake;  // eventfd: work for the thread (changes, or stop)
   std::thread thread;
 
+  mutable std::mutex mu;
+  std::condition_variable cv;
+  std::vector<Listening> to_add;  // guarded by mu
+  std::vector<int> to_remove;     // guarded by mu
+  uint64_t requested = 0;         // changes asked for; guarded by mu
+  uint64_t applied = 0;           // changes the thread has applied; guarded by mu
+  bool stop = false;              // guarded by mu
+  bool running = true;            // the thread is serving; guarded by mu
+  int next_id = 1;                // guarded by mu
+  uint16_t first_port = 0;        // guarded by mu
+
+  void Wake() {
+    uint64_t one = 1;
+    ssize_t w = ::write(wake.get(), &one, sizeof(one));
+    (void)w;
+  }
+
   void Run() {
-    std::vector<net::Fd> conns;
+    std::vector<Listening> listeners;  // owned by this thread
+    std::vector<Conn> conns;
     while (true) {
+      {
+        std::lock_guard lock(mu);
+        for (Listening& l : to_add) listeners.push_back(std::move(l));
+        to_add.clear();
+        for (int id : to_remove) {
+          std::erase_if(listeners, [&](const Listening& l) { return l.id == id; });
+          std::erase_if(conns, [&](const Conn& c) { return c.listener == id; });
+        }
+        to_remove.clear();
+        applied = requested;
+        if (stop) running = false;
+      }
+      cv.notify_all();
+      if (!running) return;
       std::vector<pollfd> pfds;
       pfds.push_back({wake.get(), POLLIN, 0});
-      pfds.push_back({listener.get(), POLLIN, 0});
-      for (auto& c : conns) pfds.push_back({c.get(), POLLIN, 0});
+      for (auto& l : listeners) pfds.push_back({l.fd.get(), POLLIN, 0});
+      for (auto& c : conns) pfds.push_back({c.fd.get(), POLLIN, 0});
       int rc = ::poll(pfds.data(), pfds.size(), -1);
       if (rc < 0) {
         if (errno == EINTR) continue;
         HIXL_LOG_ERROR("control server poll failed: {}", std::strerror(errno));
+        std::lock_guard lock(mu);
+        running = false;
+        cv.notify_all();
         return;
       }
-      if (pfds[0].revents) return;
+      if (pfds[0].revents) {
+        uint64_t n = 0;
+        ssize_t r = ::read(wake.get(), &n, sizeof(n));
+        (void)r;
+        continue;  // apply the changes first: a removed listener's requests are not served
+      }
       // Serve the connections that were polled, then accept new ones.
+      const size_t nl = listeners.size();
       std::vector<size_t> dead;
-      for (size_t i = 0; i + 2 < pfds.size(); ++i) {
-        if (!pfds[i + 2].revents) continue;
-        if (!Serve(conns[i].get())) dead.push_back(i);
+      for (size_t i = 0; i < conns.size(); ++i) {
+        if (!pfds[1 + nl + i].revents) continue;
+        const ControlHandler* h = nullptr;
+        for (auto& l : listeners) {
+          if (l.id == conns[i].listener) h = &l.handler;
+        }
+        if (!h || !Serve(conns[i].fd.get(), *h)) dead.push_back(i);
       }
       for (auto it = dead.rbegin(); it != dead.rend(); ++it) conns.erase(conns.begin() + static_cast<long>(*it));
-      if (pfds[1].revents & POLLIN) {
-        int fd = ::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC);
-        if (fd >= 0) conns.emplace_back(fd);
+      for (size_t i = 0; i < nl; ++i) {
+        if (!(pfds[1 + i].revents & POLLIN)) continue;
+        int fd = ::accept4(listeners[i].fd.get(), nullptr, nullptr, SOCK_CLOEXEC);
+        if (fd >= 0) conns.push_back(Conn{net::Fd(fd), listeners[i].id});
       }
     }
   }
 
   // Answers one request; false when the connection is finished.
-  bool Serve(int fd) {
+  static bool Serve(int fd, const ControlHandler& handler) {
     // A peer sends a whole frame at once; bound the wait for its tail.
     auto req = net::RecvFrame(fd, net::DeadlineIn(5000));
     if (!req.ok()) return false;
@@ -75,29 +135,69 @@ struct ControlServer::Impl {
   }
 };
 
-Result<std::unique_ptr<ControlServer>> ControlServer::Start(const std::string& host, ControlHandler handler,
-                                                            uint16_t port) {
+Result<std::unique_ptr<ControlServer>> ControlServer::Create() {
   auto impl = std::make_unique<Impl>();
-  impl->handler = std::move(handler);
-  HIXL_ASSIGN_OR_RETURN(impl->listener, net::Listen(host, port));
-  HIXL_ASSIGN_OR_RETURN(impl->port, net::LocalPort(impl->listener.get()));
-  impl->wake = net::Fd(::eventfd(0, EFD_CLOEXEC));
-  if (!impl->wake.valid()) return Err(Errc::kBootstrap, "eventfd failed: {}", std::strerror(errno));
+  impl->wake = net::Fd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!impl->wake.valid()) return Err(Errc::kBootstrap, "control server: eventfd failed: {}", std::strerror(errno));
   Impl* raw = impl.get();
   impl->thread = std::thread([raw] { raw->Run(); });
+  // Named before anyone can look (tests count the process's control threads).
+  ::pthread_setname_np(impl->thread.native_handle(), "hixl-control");
   return std::unique_ptr<ControlServer>(new ControlServer(std::move(impl)));
+}
+
+Result<std::unique_ptr<ControlServer>> ControlServer::Start(const std::string& host, ControlHandler handler,
+                                                            uint16_t port) {
+  HIXL_ASSIGN_OR_RETURN(std::unique_ptr<ControlServer> s, Create());
+  HIXL_RETURN_IF_ERROR(s->AddListener(host, port, std::move(handler)).status());
+  return s;
 }
 
 ControlServer::ControlServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 ControlServer::~ControlServer() {
-  uint64_t one = 1;
-  ssize_t w = ::write(impl_->wake.get(), &one, sizeof(one));
-  (void)w;
+  {
+    std::lock_guard lock(impl_->mu);
+    impl_->stop = true;
+  }
+  impl_->Wake();
   if (impl_->thread.joinable()) impl_->thread.join();
 }
 
-uint16_t ControlServer::port() const { return impl_->port; }
+Result<ControlServer::Listener> ControlServer::AddListener(const std::string& host, uint16_t port,
+                                                           ControlHandler handler) {
+  Impl::Listening l;
+  HIXL_ASSIGN_OR_RETURN(l.fd, net::Listen(host, port));
+  HIXL_ASSIGN_OR_RETURN(uint16_t bound, net::LocalPort(l.fd.get()));
+  l.handler = std::move(handler);
+  int id = 0;
+  {
+    std::lock_guard lock(impl_->mu);
+    if (!impl_->running) return Err(Errc::kBootstrap, "the control server has stopped (its poll loop failed)");
+    id = l.id = impl_->next_id++;
+    if (impl_->first_port == 0) impl_->first_port = bound;
+    impl_->to_add.push_back(std::move(l));
+    ++impl_->requested;
+  }
+  impl_->Wake();
+  return Listener{id, bound};
+}
+
+void ControlServer::RemoveListener(int id) {
+  std::unique_lock lock(impl_->mu);
+  impl_->to_remove.push_back(id);
+  const uint64_t ticket = ++impl_->requested;
+  lock.unlock();
+  impl_->Wake();
+  if (std::this_thread::get_id() == impl_->thread.get_id()) return;  // from a handler: applied after it
+  lock.lock();
+  impl_->cv.wait(lock, [&] { return impl_->applied >= ticket || !impl_->running; });
+}
+
+uint16_t ControlServer::port() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->first_port;
+}
 
 Result<std::string> ControlClient::Call(uint8_t type, std::string_view payload, int64_t timeout_ms) {
   std::lock_guard lock(mu_);

@@ -1,7 +1,11 @@
-// The control plane between ranks: every rank runs a ControlServer (one
+// The control plane between peers: a process runs one ControlServer (one
 // thread, a poll loop) that answers small requests from peers, such as
-// "send me your region table" or "forget this region".  Requests are sent
-// with a ControlClient, one connection per peer, by the calling thread.
+// "send me your region table" or "forget this region".  The server may
+// listen on several sockets, one per front door (an engine listens where
+// its user said, the world on a free port): each listener has its own
+// handler, and a request is answered by the handler of the listener that
+// accepted its connection.  Requests are sent with a ControlClient, one
+// connection per peer, by the calling thread.
 #pragma once
 
 #include <cstdint>
@@ -15,15 +19,34 @@
 
 namespace hixl::bootstrap {
 
-// Runs on the server's thread; the reply (or its error) goes back to the caller.
+// Runs on the server's thread; the reply (or its error) goes back to the
+// caller.  `from_rank` is the id the caller sent (its meaning is the
+// listener's front door's).  A handler must not block on a control request
+// of its own (the one thread serves every listener of the process).
 using ControlHandler = std::function<Result<std::string>(int from_rank, uint8_t type, std::string_view payload)>;
 
+// The server thread is named "hixl-control" (see /proc/self/task/*/comm).
 class ControlServer {
  public:
-  // Listens on host:port (port 0: a free one).
+  // A server without listeners yet (AddListener adds them).
+  static Result<std::unique_ptr<ControlServer>> Create();
+  // A server with one listener on host:port (port 0: a free one).
   static Result<std::unique_ptr<ControlServer>> Start(const std::string& host, ControlHandler handler,
                                                       uint16_t port = 0);
   ~ControlServer();  // stops and joins the thread, closes every socket
+
+  struct Listener {
+    int id = 0;
+    uint16_t port = 0;
+  };
+  // Listens on host:port (0: a free port); requests on connections accepted
+  // there go to `handler`.  Thread-safe.
+  Result<Listener> AddListener(const std::string& host, uint16_t port, ControlHandler handler);
+  // Closes the listener and every connection it accepted.  When this
+  // returns, its handler is not running and never runs again.  Thread-safe;
+  // must not be called from a handler.
+  void RemoveListener(int id);
+  // The port of the first listener (0 when none).
   uint16_t port() const;
 
  private:

@@ -2,7 +2,10 @@
 // ids and of how each message is encoded, for every front door.
 //
 // Requests travel over bootstrap::ControlServer/ControlClient as
-// (from, type, payload) and are answered with a reply or an error.  Every
+// (from, type, payload) and are answered with a reply or an error.  The
+// process's one control server has a listener per front door; a request is
+// served by the door whose listener accepted its connection, and `from` is
+// what that door told its peer to send.  Every
 // decoder treats its input as untrusted: it returns false (or nullopt) on a
 // short or malformed payload and never reads past it.
 //

@@ -112,6 +112,15 @@ RegionTable LocalRegistry::Table() const {
   return t;
 }
 
+std::vector<LocalRegistry::Region> LocalRegistry::TakeAll() {
+  std::lock_guard lock(mu_);
+  std::vector<Region> out;
+  for (auto& [base, r] : regions_) out.push_back(std::move(r));
+  if (!regions_.empty()) ++generation_;
+  regions_.clear();
+  return out;
+}
+
 uint64_t LocalRegistry::generation() const {
   std::lock_guard lock(mu_);
   return generation_;

@@ -63,6 +63,8 @@ class LocalRegistry {
   bool Access(uint64_t addr, uint64_t len, const std::function<void()>& fn) const;
   RegionTable Table() const;
   uint64_t generation() const;
+  // Removes every region, whatever its references, and returns them.
+  std::vector<Region> TakeAll();
 
  private:
   mutable std::mutex mu_;

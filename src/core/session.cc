@@ -31,45 +31,68 @@ Result<const PeerTable::Entry*> PeerSession::Find(uint64_t addr, uint64_t len, i
 
 // ---------------------------------------------------------------- Session
 
+Session::Options Session::Options::From(const bootstrap::SharedOptions& shared, int self_id, int identity_ids) {
+  const Node::Options n = Node::Options::From(shared);
+  Options o;
+  o.self_id = self_id;
+  o.identity_ids = identity_ids;
+  o.timeout_ms = n.timeout_ms;
+  o.transports = n.transports;
+  return o;
+}
+
 Result<std::unique_ptr<Session>> Session::Create(const Options& options) {
-  std::unique_ptr<Session> s(new Session(options));
-  HIXL_ASSIGN_OR_RETURN(s->transports_, transport::CreateTransports(s.get(), options.transports));
+  Node::Options n;
+  n.timeout_ms = options.timeout_ms;
+  n.transports = options.transports;
+  HIXL_ASSIGN_OR_RETURN(std::shared_ptr<Node> node, Node::Attach(n, options.self_id, options.identity_ids));
+  std::unique_ptr<Session> s(new Session(options, std::move(node)));
+  for (int id = 0; id < options.identity_ids; ++id) s->ids_.push_back(id);
   return s;
 }
 
-Session::~Session() { Shutdown(); }
+Session::~Session() {
+  Shutdown();
+  std::lock_guard lock(ids_mu_);
+  node_->Detach(ids_);
+}
 
 void Session::Shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
-  server_.reset();
-  for (auto& t : transports_) t->Shutdown();
+  // After RemoveListener no request of this door is being served, or will be.
+  if (server_) server_->RemoveListener(listener_);
+  server_ = nullptr;
+  ReleaseAllRegions();
 }
 
-bool Session::AccessLocalRange(uint64_t addr, uint64_t len, const std::function<void()>& fn) const {
-  return registry_.Access(addr, len, fn);
+int Session::NewPeerId() {
+  const int id = node_->AllocateId();
+  std::lock_guard lock(ids_mu_);
+  ids_.push_back(id);
+  return id;
 }
 
 PublishedAddresses Session::Addresses() const {
   PublishedAddresses out;
-  for (auto& t : transports_) out.push_back({std::string(t->name()), t->LocalAddress()});
+  for (auto& t : transports()) out.push_back({std::string(t->name()), t->LocalAddress()});
   return out;
 }
 
 Session::Choice Session::Pick(const PublishedAddresses& theirs, transport::MemKind kind) const {
-  for (auto& t : transports_) {
+  for (auto& t : transports()) {
     const transport::Capabilities& caps = t->caps();
     if (kind == transport::MemKind::kHost ? !caps.host_memory : !caps.device_memory) continue;
     // The peer's address of the same kind of transport, if it published one.
     for (const PublishedAddress& a : theirs) {
-      if (a.kind == t->name() && t->CanReach(a.address)) return {t.get(), a.address};
+      if (a.kind == t->name() && t->CanReach(a.address)) return {t.get(), a.address, a.address == t->LocalAddress()};
     }
   }
   return {};
 }
 
 bool Session::ReachesOtherHosts() const {
-  for (auto& t : transports_) {
+  for (auto& t : transports()) {
     if (t->caps().remote_hosts) return true;
   }
   return false;
@@ -77,13 +100,13 @@ bool Session::ReachesOtherHosts() const {
 
 std::string Session::TransportNames() const {
   std::string s;
-  for (auto& t : transports_) s += (s.empty() ? "" : ", ") + std::string(t->name());
+  for (auto& t : transports()) s += (s.empty() ? "" : ", ") + std::string(t->name());
   return s;
 }
 
 Status Session::Flush() {
   Status first;
-  for (auto& t : transports_) {
+  for (auto& t : transports()) {
     Status s = t->Flush();
     if (first.ok() && !s.ok()) first = s;
   }
@@ -91,13 +114,18 @@ Status Session::Flush() {
 }
 
 Status Session::Listen(const std::string& host, uint16_t port, Delegate* delegate) {
+  if (server_) return Err(Errc::kInternal, "this front door listens already (on port {})", port_);
   delegate_ = delegate;
+  HIXL_ASSIGN_OR_RETURN(bootstrap::ControlServer * server, node_->Control());
   auto serve = [this](int from, uint8_t type, std::string_view p) { return Serve(from, type, p); };
-  HIXL_ASSIGN_OR_RETURN(server_, bootstrap::ControlServer::Start(host, serve, port));
+  HIXL_ASSIGN_OR_RETURN(bootstrap::ControlServer::Listener l, server->AddListener(host, port, serve));
+  server_ = server;
+  listener_ = l.id;
+  port_ = l.port;
   return Status::Ok();
 }
 
-uint16_t Session::port() const { return server_ ? server_->port() : 0; }
+uint16_t Session::port() const { return server_ ? port_ : 0; }
 
 Result<std::string> Session::Serve(int from, uint8_t type, std::string_view payload) {
   switch (static_cast<ControlMsg>(type)) {
@@ -125,7 +153,12 @@ Result<std::string> Session::Serve(int from, uint8_t type, std::string_view payl
 }
 
 Status Session::AddRegion(LocalRegistry::Region region) {
-  return AddRegionEverywhere(registry_, transports_, std::move(region));
+  HIXL_RETURN_IF_ERROR(node_->Acquire(region, &region.keys));
+  bool added = false;
+  Status s = registry_.Add(region, &added);
+  // One node reference per region of this door, however often it registers it.
+  if (!s.ok() || !added) node_->Release(region.desc, region.heap);
+  return s;
 }
 
 Status Session::RemoveRegion(uint64_t base, bool heap, std::optional<LocalRegistry::Region>* removed) {
@@ -147,7 +180,7 @@ Status Session::RemoveRegion(uint64_t base, bool heap, std::optional<LocalRegist
     auto r = s.client->Call(Wire(ControlMsg::kInvalidate), payload, opts_.timeout_ms);
     if (!r.ok()) HIXL_LOG_DEBUG("{} did not acknowledge a deregistration: {}", s.who, r.status().message());
   }
-  for (auto& t : transports_) t->DeregisterRegion(gone->desc);
+  node_->Release(gone->desc, gone->heap);
   if (removed) *removed = std::move(gone);
   return Status::Ok();
 }
@@ -158,12 +191,7 @@ void Session::Unsubscribe(int from) {
 }
 
 void Session::ReleaseAllRegions() {
-  for (const RegionRecord& r : registry_.Table().regions) {
-    transport::LocalRegion d;
-    d.base = r.base;
-    d.len = r.len;
-    for (auto& t : transports_) t->DeregisterRegion(d);
-  }
+  for (LocalRegistry::Region& r : registry_.TakeAll()) node_->Release(r.desc, r.heap);
 }
 
 }  // namespace hixl::core

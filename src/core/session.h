@@ -1,11 +1,17 @@
 // The peer-session layer that every front door (the rank world, the engine)
 // stands on:
-//  * Session: this process's side of one front door: its transports (and
-//    the choice of one per peer from the peer's published addresses, by
-//    capability and CanReach), its registered memory and the peers that hold
-//    a copy of its region table (told of every deregistration, and awaited),
-//    and its control endpoint, which serves the requests of
-//    control_protocol.h that every front door shares.
+//  * Node (core/node.h): what the process has once, for every front door:
+//    the transports, their registrations of local memory, the peer-id space
+//    and the control server thread.
+//  * Session: one front door's side of it: the transport chosen per peer
+//    (from the peer's published addresses, by capability and CanReach), the
+//    peer ids it took from the node, its own region table (a peer of this
+//    door sees only regions registered through this door) and the peers that
+//    hold a copy of it (told of every deregistration, and awaited), and its
+//    control listener on the node's server, which serves the requests of
+//    control_protocol.h that every front door shares.  Requests that arrive
+//    at this door's listener reach this door's Delegate, with `from` as the
+//    door's peers send it.
 //  * PeerSession: one peer: the transport that reaches it, the control client
 //    to it, and the cached copy of its region table, refreshed on a miss.
 //
@@ -24,6 +30,7 @@
 
 #include "bootstrap/control.h"
 #include "core/control_protocol.h"
+#include "core/node.h"
 #include "core/registry.h"
 #include "base/status.h"
 #include "transport/transport.h"
@@ -69,12 +76,19 @@ class PeerSession {
   std::mutex refresh_mu_;
 };
 
-class Session final : public transport::Host {
+class Session final {
  public:
   struct Options {
-    int self_id = 0;  // the transports' peer id of this process (its rank)
+    // This process's peer id for the transports: its rank for the world
+    // (whose ranks are then the peer ids [0, identity_ids)); -1 for a front
+    // door that takes its peers' ids from the node (engines).
+    int self_id = -1;
+    int identity_ids = 0;
     int64_t timeout_ms = 60000;
     transport::Options transports;
+    // The options of bootstrap's shared switches (HIXL_* variables, engine
+    // options), the one mapping of them.
+    static Options From(const bootstrap::SharedOptions& shared, int self_id = -1, int identity_ids = 0);
   };
 
   // A peer that holds a copy of our region table, and the client through
@@ -100,19 +114,22 @@ class Session final : public transport::Host {
     virtual Result<std::string> Other(int from, uint8_t type, std::string_view payload) = 0;
   };
 
-  // Starts the transports (see transport::CreateTransports).
+  // Attaches to the process's node for these options (Node::Attach), which
+  // starts the transports when it is the first.
   static Result<std::unique_ptr<Session>> Create(const Options& options);
-  ~Session() override;
+  ~Session();
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
 
-  // --- transport::Host
-  int rank() const override { return opts_.self_id; }
-  int64_t timeout_ms() const override { return opts_.timeout_ms; }
-  bool AccessLocalRange(uint64_t addr, uint64_t len, const std::function<void()>& fn) const override;
+  // This process's transport peer id (the node's self id).
+  int self_id() const { return node_->self_id(); }
+  int64_t timeout_ms() const { return opts_.timeout_ms; }
+  const std::shared_ptr<Node>& node() const { return node_; }
+  // A new transport peer id for a peer of this front door, released with it.
+  int NewPeerId();
 
   // --- transports
-  const std::vector<std::unique_ptr<transport::Transport>>& transports() const { return transports_; }
+  const std::vector<std::unique_ptr<transport::Transport>>& transports() const { return node_->transports(); }
   // What peers need to choose and connect a transport to this process.
   PublishedAddresses Addresses() const;
   // The transport for a peer that published `theirs`: the first, in order of
@@ -121,6 +138,7 @@ class Session final : public transport::Host {
   struct Choice {
     transport::Transport* transport = nullptr;
     std::string address;  // the peer's, for Transport::Connect
+    bool self = false;    // the address is this node's own: use self_id(), connected already
   };
   Choice Pick(const PublishedAddresses& theirs, transport::MemKind kind = transport::MemKind::kHost) const;
   // Whether some transport here reaches peers on other hosts.
@@ -131,43 +149,50 @@ class Session final : public transport::Host {
   Status Flush();
 
   // --- control endpoint
-  // Serves control requests on host:port (0: a free port) until Shutdown.
-  // `delegate` must outlive the endpoint.
+  // Serves control requests on host:port (0: a free port) until Shutdown,
+  // on the node's control server.  `delegate` must outlive the endpoint.
   Status Listen(const std::string& host, uint16_t port, Delegate* delegate);
   uint16_t port() const;  // 0 when not listening
 
-  // --- local memory
+  // --- local memory (this front door's regions)
   const LocalRegistry& registry() const { return registry_; }
   // The peer that is this process itself, if the front door has one: its
   // cached table forgets removed regions first.
   void set_self_peer(std::shared_ptr<PeerSession> self) { self_peer_ = std::move(self); }
-  // Registers the region with every transport and adds it to the registry.
+  // Registers the region with every transport (through the node, which
+  // counts ranges registered through several doors) and adds it to this
+  // door's table.
   Status AddRegion(LocalRegistry::Region region);
   // Drops one reference of the region at base.  When the last goes, every
   // subscriber forgets the region before this returns (each is awaited,
-  // bounded by the timeout), then the transports release it; *removed (if
-  // given) receives the region.  Blocks on the subscribers' answers.
+  // bounded by the timeout), then the node releases it; *removed (if given)
+  // receives the region.  Blocks on the subscribers' answers.
   Status RemoveRegion(uint64_t base, bool heap, std::optional<LocalRegistry::Region>* removed = nullptr);
   void Unsubscribe(int from);
-  // Releases every registered region from the transports (at teardown).
+  // Releases every region of this door (at teardown).
   void ReleaseAllRegions();
 
-  // Stops the control endpoint, then the transports' background work.
-  // Idempotent; the destructor calls it.
+  // Stops this door's control listener, releases its regions and peers from
+  // the node.  Idempotent; the destructor calls it.  The node (and with it
+  // the transports, when this was the last door) goes with the Session.
   void Shutdown();
 
  private:
-  explicit Session(const Options& options) : opts_(options) {}
+  Session(const Options& options, std::shared_ptr<Node> node) : opts_(options), node_(std::move(node)) {}
   Result<std::string> Serve(int from, uint8_t type, std::string_view payload);
 
   const Options opts_;
-  std::vector<std::unique_ptr<transport::Transport>> transports_;
+  const std::shared_ptr<Node> node_;
   LocalRegistry registry_;
   std::shared_ptr<PeerSession> self_peer_;
   Delegate* delegate_ = nullptr;
-  std::unique_ptr<bootstrap::ControlServer> server_;
+  bootstrap::ControlServer* server_ = nullptr;  // the node's, while listening
+  int listener_ = 0;
+  uint16_t port_ = 0;
   std::mutex subscribers_mu_;
   std::map<int, Subscriber> subscribers_;  // by the id they send
+  std::mutex ids_mu_;
+  std::vector<int> ids_;  // peer ids taken from the node
   bool shut_down_ = false;
 };
 

@@ -19,15 +19,8 @@ Status Engine::Impl::Start(const std::string& local_engine, const std::map<std::
   local_name = local_engine;
   uuid = engine::RandomId();
   notifies.set_depth(static_cast<size_t>(cfg.notify_queue_depth));
-  core::Session::Options sopts;
-  sopts.self_id = engine::kSelfId;
-  sopts.timeout_ms = cfg.timeout_ms;
-  sopts.transports.shm_cma = cfg.shm_cma;
-  sopts.transports.shm_thp = cfg.shm_thp;
-  sopts.transports.net_dev = cfg.net_dev;
-  if (cfg.transport != bootstrap::TransportChoice::kAuto) {
-    sopts.transports.only = std::string(bootstrap::TransportChoiceName(cfg.transport));
-  }
+  // Engines (and the world) with the same options share the process's node.
+  const core::Session::Options sopts = core::Session::Options::From(cfg);
   auto s = core::Session::Create(sopts);
   if (!s.ok()) {
     const std::string& only = sopts.transports.only;
@@ -232,7 +225,6 @@ Status Engine::Impl::Dial(const std::string& remote, const engine::HostPort& hp,
   }
   std::optional<core::HelloReply> r = core::DecodeHelloReply(reply.value());
   if (!r) return Err(Errc::kTransport, "Engine::Connect: malformed reply from {}", who);
-  const bool self = r->uuid == uuid;
   c->name = remote;
   c->id = id;
   c->our_id_there = r->id_for_client;
@@ -247,20 +239,18 @@ Status Engine::Impl::Dial(const std::string& remote, const engine::HostPort& hp,
                    ? " and transport=shm allows only same-host engines"
                    : "");
   }
-  bool connect = true;
-  if (self) {
-    std::lock_guard lock(conns_mu);
-    connect = !self_transport_connected;  // never replace a peer that keys may point to
-    self_transport_connected = true;
-  }
-  if (connect) {
-    Status s = choice.transport->Connect(id, choice.address);
+  // An engine of this process (this one, or another on the same node) is
+  // reached through the node's own peer id, connected already; any other
+  // gets a peer id of its own.
+  const int peer_id = choice.self ? session->self_id() : session->NewPeerId();
+  if (!choice.self) {
+    Status s = choice.transport->Connect(peer_id, choice.address);
     if (!s.ok()) {
       return Err(s.code(), "Engine::Connect: {} transport to {}: {}", choice.transport->name(), who, s.message());
     }
   }
   c->peer = std::make_shared<core::PeerSession>(
-      id, who, choice.transport,
+      peer_id, who, choice.transport,
       std::make_shared<bootstrap::ControlClient>(r->id_for_client, id, hp.host, hp.port, who));
   return Status::Ok();
 }

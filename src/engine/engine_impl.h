@@ -5,10 +5,15 @@
 // Connections are one-way: the engine that calls Connect (the client) may
 // read and write the other's (the server's) registered memory; the server
 // takes no part.  Each side numbers its peers itself:
-//  * the client gives each connection a peer id for its transports (0 is a
-//    connection to itself, others count up from 1 and are never reused);
+//  * the client gives each connection an id (counting up from 1, never
+//    reused) that the server sends as `from` in its calls back;
 //  * the server gives each client an id that the client sends as `from` in
-//    every control request.
+//    every control request;
+//  * the transports' peer id of a connection comes from the process's node
+//    (core/node.h), which every engine and the world share: an engine of
+//    this process (itself, or another on the same node) is the node's self
+//    id, any other engine a fresh id.
+// Each engine listens on its own socket of the node's one control server.
 // Control requests (core/control_protocol.h):
 //   client -> server: kHello, kFetchTable, kNotify, kBye
 //   server -> client (to the client's own control endpoint, its "callback"):
@@ -47,7 +52,6 @@ namespace engine {
 using Clock = std::chrono::steady_clock;
 
 inline constexpr size_t kMaxNotifyBytes = 64 * 1024;
-inline constexpr int kSelfId = 0;
 
 struct HostPort {
   std::string host;
@@ -72,7 +76,7 @@ struct Engine::Impl final : private core::Session::Delegate {
   // A connection to an engine we connected to.
   struct Conn {
     std::string name;  // as the user wrote it
-    int id = -1;       // our transports' peer id for it, and how it names us in calls back (conns_by_id)
+    int id = -1;       // how it names us in calls back (conns_by_id); peer->id() is the transports' id
     int32_t our_id_there = -1;
     std::shared_ptr<core::PeerSession> peer;  // its transport, control client and region table
     std::mutex mu;
@@ -124,7 +128,6 @@ struct Engine::Impl final : private core::Session::Delegate {
   std::map<std::string, std::shared_ptr<Conn>> conns;  // by name; nullptr while connecting
   std::unordered_map<int, std::shared_ptr<Conn>> conns_by_id;
   int next_conn_id = 1;
-  bool self_transport_connected = false;
 
   std::mutex clients_mu;
   std::map<int32_t, Client> clients;

@@ -48,7 +48,7 @@ Status Engine::Impl::Run(const char* api, Conn& c, TransferOp op, const std::vec
   pieces.reserve(std::min(descs.size(), kChunk));
   for (size_t first = 0; first < descs.size(); first += kChunk) {
     if ((stop && stop->load(std::memory_order_relaxed)) || Clock::now() >= deadline) {
-      (void)c.peer->transport().Flush();
+      (void)c.peer->transport().Flush(c.peer->id());
       return Err(Errc::kTimeout, "{}: to engine {}: the timeout of {} ms passed with {} of {} blocks started", api,
                  c.name, timeout_ms, first, descs.size());
     }
@@ -61,12 +61,12 @@ Status Engine::Impl::Run(const char* api, Conn& c, TransferOp op, const std::vec
     }
     Status s = c.peer->transport().Batch(c.peer->id(), op == WRITE, pieces.data(), pieces.size());
     if (!s.ok()) {
-      (void)c.peer->transport().Flush();
+      (void)c.peer->transport().Flush(c.peer->id());
       return Err(s.code(), "{}: {} of blocks {}..{} of {} with engine {}: {}", api, op == WRITE ? "WRITE" : "READ",
                  first, end - 1, descs.size(), c.name, s.message());
     }
   }
-  Status s = c.peer->transport().Flush();
+  Status s = c.peer->transport().Flush(c.peer->id());
   if (!s.ok()) return Err(s.code(), "{}: completing the transfer with engine {}: {}", api, c.name, s.message());
   return Status::Ok();
 }

@@ -115,16 +115,9 @@ Status WorldImpl::Start() {
   // 2. The symmetric heap, at the same address everywhere.
   HIXL_RETURN_IF_ERROR(PlaceHeap());
 
-  // 3. Transports.
-  Session::Options sopts;
-  sopts.self_id = cfg_.rank;
-  sopts.timeout_ms = cfg_.timeout_ms;
-  sopts.transports.shm_cma = cfg_.shm_cma;
-  sopts.transports.shm_thp = cfg_.shm_thp;
-  sopts.transports.net_dev = cfg_.net_dev;
-  if (cfg_.transport != bootstrap::TransportChoice::kAuto) {
-    sopts.transports.only = std::string(bootstrap::TransportChoiceName(cfg_.transport));
-  }
+  // 3. Transports: the process's node, shared with its engines when they
+  // asked for the same options (its peer ids are then the ranks).
+  const Session::Options sopts = Session::Options::From(cfg_, cfg_.rank, n);
   auto session = Session::Create(sopts);
   if (!session.ok()) {
     const std::string& only = sopts.transports.only;
@@ -190,8 +183,10 @@ Status WorldImpl::ConnectPeers() {
                      ? " and HIXL_TRANSPORT=shm allows only same-host peers"
                      : " and no network transport is available");
     }
-    HIXL_RETURN_IF_ERROR(c.transport->Connect(r, c.address));
+    // Rank r is the transports' peer id r (Session::Options::identity_ids);
+    // this process itself is connected by the node already.
     const bool self = r == rank();
+    if (!self) HIXL_RETURN_IF_ERROR(c.transport->Connect(r, c.address));
     auto control = self ? nullptr : std::make_shared<bootstrap::ControlClient>(rank(), r, rec->host, rec->port);
     peers_[static_cast<size_t>(r)] = std::make_shared<PeerSession>(r, fmt::format("rank {}", r), c.transport,
                                                                    std::move(control),

@@ -1,6 +1,8 @@
 // The world: this process's rank, its store connection, its symmetric heap,
-// and its session (core/session.h: transports, memory, control endpoint,
-// one PeerSession per rank).  There is at most
+// and its session (core/session.h: its side of the process's node, whose
+// transports and control thread it shares with the process's engines; its
+// memory, control listener, one PeerSession per rank, rank r being the
+// transports' peer id r).  There is at most
 // one per process (see Current()); the public C and C++ APIs are thin layers
 // over it.
 #pragma once
