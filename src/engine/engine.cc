@@ -62,7 +62,10 @@ int Engine::LastErrorCode() { return t_last_code; }
   }
 
 EngineStatus Engine::Initialize(const std::string& local_engine, const std::map<std::string, std::string>& options) {
-  std::unique_lock life(impl_->life_mu);
+  // The lock is on this Impl: a failed start replaces impl_, and `held`
+  // keeps the old one (with the mutex the lock releases) alive until then.
+  const std::shared_ptr<Impl> held = impl_;
+  std::unique_lock life(held->life_mu);
   if (impl_->state != Impl::State::kNew) {
     return Fail(Status(Errc::kAlreadyInitialized,
                        impl_->state == Impl::State::kLive ? "Engine::Initialize called twice"
