@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "hixl_errors.h" /* HIXL_ERROR_CODES: the one table the codes below follow */
+#include <hixl/hixl_errors.h> /* HIXL_ERROR_CODES: the one table the codes below follow */
 
 #ifdef __cplusplus
 extern "C" {
