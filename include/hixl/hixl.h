@@ -38,6 +38,12 @@ int hixl_finalize(void);
 /* This process's rank / the number of ranks; a negative code before init. */
 int hixl_rank(void);
 int hixl_world_size(void);
+/* The name of the transport that reaches `rank` from this process: "shm"
+ * (same host; also this rank itself) or "ucx" (another host), as hixl_init
+ * chose it (HIXL_TRANSPORT).  NULL on failure: HIXL_ERR_NOT_INITIALIZED or
+ * HIXL_ERR_INVALID_RANK, see hixl_last_error.  Does not block; thread-safe.
+ * The string belongs to hixl and stays valid until the process exits. */
+const char *hixl_peer_transport(int rank);
 
 /* Symmetric memory: when every rank allocates the same sizes in the same
  * order, the returned pointer value addresses the same block on every rank.

@@ -111,6 +111,9 @@ class World {
   Status Finalize();
   int rank() const;
   int size() const;
+  // The transport that reaches `rank`: "shm" or "ucx" (see
+  // hixl_peer_transport).  kInvalidRank outside [0, size()).  Does not block.
+  Result<std::string> PeerTransport(int rank) const;
 
   // Symmetric memory, see hixl_alloc.
   Result<void*> Alloc(size_t size);
