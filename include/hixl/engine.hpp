@@ -23,6 +23,13 @@
 #include <string>
 #include <vector>
 
+// Everything declared below is libhixl's exported API: the library is built
+// with hidden visibility, and only the public headers' declarations are
+// exported (nm -D libhixl.so lists no internal symbol).
+#if defined(__GNUC__)
+#pragma GCC visibility push(default)
+#endif
+
 namespace hixl {
 
 // Status codes, with the CANN library's numeric values.  (hixl::Status is
@@ -141,7 +148,12 @@ class Engine {
   // The calling thread's last failure, in words ("" after a success).
   static const char* LastError();
 
+  // The implementation, private to libhixl (never exported).
+#if defined(__GNUC__)
+  struct __attribute__((visibility("hidden"))) Impl;
+#else
   struct Impl;
+#endif
 
  private:
   std::shared_ptr<Impl> impl_;
@@ -149,4 +161,7 @@ class Engine {
 
 }  // namespace hixl
 
+#if defined(__GNUC__)
+#pragma GCC visibility pop
+#endif
 #endif  // HIXL_ENGINE_HPP_

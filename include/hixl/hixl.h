@@ -9,6 +9,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Everything declared below is libhixl's exported API: the library is built
+ * with hidden visibility, and only the public headers' declarations are
+ * exported (nm -D libhixl.so lists no internal symbol). */
+#if defined(__GNUC__)
+#pragma GCC visibility push(default)
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -139,5 +146,9 @@ const char *hixl_last_error(void);
 
 #ifdef __cplusplus
 }
+#endif
+
+#if defined(__GNUC__)
+#pragma GCC visibility pop
 #endif
 #endif /* HIXL_HIXL_H_ */

@@ -18,6 +18,13 @@
 #include <variant>
 #include <vector>
 
+// Everything declared below is libhixl's exported API: the library is built
+// with hidden visibility, and only the public headers' declarations are
+// exported (nm -D libhixl.so lists no internal symbol).
+#if defined(__GNUC__)
+#pragma GCC visibility push(default)
+#endif
+
 namespace hixl {
 
 // The numeric values are those of hixl.h.
@@ -176,4 +183,7 @@ class Registration {
 
 }  // namespace hixl
 
+#if defined(__GNUC__)
+#pragma GCC visibility pop
+#endif
 #endif  // HIXL_HIXL_HPP_
