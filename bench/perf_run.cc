@@ -5,7 +5,8 @@
 #include <fstream>
 #include <set>
 
-#include "world/world.h"  // WorldImpl::TransportFor: which transport serves a peer
+#include <hixl/hixl.h>
+
 #include "perf_bench.h"
 
 namespace hixl_perf {
@@ -162,10 +163,10 @@ int Bench::Run() {
   const auto started = Clock::now();
   const std::string started_iso = NowIso();
   std::set<std::string> used;
-  if (auto* impl = hixl::core::Current()) {
-    for (int r = 0; r < n_; ++r) {
-      if (r != me_) used.insert(std::string(impl->TransportFor(r)));
-    }
+  for (int r = 0; r < n_; ++r) {
+    if (r == me_) continue;
+    const char* t = hixl_peer_transport(r);
+    used.insert(t ? t : "unknown");
   }
   for (const auto& t : used) transport_ += (transport_.empty() ? "" : "+") + t;
   PrintHeader();

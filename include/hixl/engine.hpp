@@ -12,7 +12,12 @@
 //
 // Every method is safe from any thread.  Every failure returns a non-zero
 // EngineStatus and leaves its explanation in words for the calling thread:
-// Engine::LastError().
+// Engine::LastError().  Blocking: each method's comment says what it waits
+// for; every wait is bounded (its timeout_ms, else the "timeout_ms" option).
+// Ownership: memory registered or named in a transfer stays the caller's;
+// the engine keeps no caller pointer beyond a call except registered ranges
+// (until DeregisterMem) and the buffers of an asynchronous transfer (until
+// GetTransferStatus reports its final status).
 #ifndef HIXL_ENGINE_HPP_
 #define HIXL_ENGINE_HPP_
 
@@ -24,6 +29,12 @@
 #include <vector>
 
 #include <hixl/hixl_errors.h>
+// Everything declared below is libhixl's exported API: the library is built
+// with hidden visibility, and only the public headers' declarations are
+// exported (nm -D libhixl.so lists no internal symbol).
+#if defined(__GNUC__)
+#pragma GCC visibility push(default)
+#endif
 
 namespace hixl {
 
@@ -40,6 +51,7 @@ HIXL_ENGINE_STATUSES(HIXL_ENGINE_STATUS_CONSTANT_)
 #undef HIXL_ENGINE_STATUS_CONSTANT_
 
 // "PARAM_INVALID" for a code ("UNKNOWN" for a number that is none of them).
+// A static string; does not block.
 const char* EngineStatusName(EngineStatus status);
 
 struct MemDesc {
@@ -82,7 +94,7 @@ struct NotifyDesc {
 class Engine {
  public:
   Engine();
-  ~Engine();  // finalizes
+  ~Engine();  // finalizes (blocks like Finalize)
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
@@ -98,23 +110,28 @@ class Engine {
   //   "shm_thp"             "0": no huge-page advice for registered memory (default HIXL_SHM_THP, else 1)
   //   "notify_queue_depth"  notifications held before senders get
   //                         RESOURCE_EXHAUSTED (default 1024)
+  // Does not wait for other engines.
   EngineStatus Initialize(const std::string& local_engine, const std::map<std::string, std::string>& options = {});
   // Fails every pending asynchronous transfer, tells connected engines that
-  // this one is gone, releases everything.  Idempotent.
+  // this one is gone (blocks until each has been told, or the timeout),
+  // releases everything.  Idempotent.
   void Finalize();
 
   // Makes [addr, addr+len) reachable by connected engines (also by those that
   // connected before).  Registering exactly the same range again returns the
   // same handle and counts a reference; a partly overlapping range is
-  // PARAM_INVALID.  Device memory is UNSUPPORTED for now.
+  // PARAM_INVALID.  Device memory is UNSUPPORTED for now.  Does not wait for
+  // peers.  `handle` is valid until the matching DeregisterMem.
   EngineStatus RegisterMem(const MemDesc& mem, MemType type, MemHandle& handle);
   // Drops one reference; the last one makes the range unreachable before
-  // this returns (peers' later transfers to it fail with PARAM_INVALID).
+  // this returns (peers' later transfers to it fail with PARAM_INVALID):
+  // it blocks until every connected engine has forgotten the range.
   EngineStatus DeregisterMem(MemHandle handle);
 
   // remote_engine: the peer's local_engine string with its port.  Connecting
   // to an engine already connected is ALREADY_CONNECTED; connecting to this
-  // engine itself works.
+  // engine itself works.  Both block until the peer has answered (at most
+  // timeout_ms).
   EngineStatus Connect(const std::string& remote_engine, int32_t timeout_ms = 1000);
   EngineStatus Disconnect(const std::string& remote_engine, int32_t timeout_ms = 1000);
 
@@ -125,7 +142,9 @@ class Engine {
   // the peer's memory), or TIMEOUT/FAILED.
   EngineStatus TransferSync(const std::string& remote_engine, TransferOp operation,
                             const std::vector<TransferOpDesc>& op_descs, int32_t timeout_ms = 1000);
-  // Starts the same in the background; poll with GetTransferStatus.
+  // Starts the same in the background and returns without waiting; poll
+  // with GetTransferStatus.  `req` is the engine's: it is released when
+  // GetTransferStatus reports the final status (or at Finalize).
   EngineStatus TransferAsync(const std::string& remote_engine, TransferOp operation,
                              const std::vector<TransferOpDesc>& op_descs, const TransferArgs& optional_args,
                              TransferReq& req);
@@ -133,25 +152,33 @@ class Engine {
   // transfer that ended FAILED it returns FAILED, for one that ended TIMEOUT
   // it returns TIMEOUT (LastError() and LastErrorCode() say why).  An
   // unknown req is PARAM_INVALID.
+  // Does not block.
   EngineStatus GetTransferStatus(const TransferReq& req, TransferStatus& status);
 
   // A small message (name + msg, at most 64 KiB together) to the peer's
   // queue, delivered after every transfer this engine completed to it before.
+  // Blocks until the peer has queued it (at most timeout_ms).
   EngineStatus SendNotify(const std::string& remote_engine, const NotifyDesc& notify, int32_t timeout_ms = 1000);
-  // Takes every queued notification (none is not an error).
+  // Takes every queued notification (none is not an error) without waiting.
   EngineStatus GetNotifies(std::vector<NotifyDesc>& notifies);
   // hixl's addition: waits up to timeout_ms for at least one, then takes them
   // all (TIMEOUT when none came).
   EngineStatus WaitNotifies(std::vector<NotifyDesc>& notifies, int32_t timeout_ms);
 
-  // The calling thread's last failure, in words ("" after a success).
+  // The calling thread's last failure, in words ("" after a success).  The
+  // string is thread-local: valid until this thread's next engine call.
   static const char* LastError();
   // The same failure as its precise HIXL_ERR_* code (hixl.h; HIXL_SUCCESS
   // after a success): e.g. HIXL_ERR_NOT_REGISTERED for a PARAM_INVALID
   // that is a remote range the peer has not registered.
   static int LastErrorCode();
 
+  // The implementation, private to libhixl (never exported).
+#if defined(__GNUC__)
+  struct __attribute__((visibility("hidden"))) Impl;
+#else
   struct Impl;
+#endif
 
  private:
   std::shared_ptr<Impl> impl_;
@@ -159,4 +186,7 @@ class Engine {
 
 }  // namespace hixl
 
+#if defined(__GNUC__)
+#pragma GCC visibility pop
+#endif
 #endif  // HIXL_ENGINE_HPP_

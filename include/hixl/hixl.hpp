@@ -22,6 +22,13 @@
 #include <variant>
 #include <vector>
 
+// Everything declared below is libhixl's exported API: the library is built
+// with hidden visibility, and only the public headers' declarations are
+// exported (nm -D libhixl.so lists no internal symbol).
+#if defined(__GNUC__)
+#pragma GCC visibility push(default)
+#endif
+
 namespace hixl {
 
 // The error codes: one enumerator per row of HIXL_ERROR_CODES
@@ -48,6 +55,7 @@ struct Notification {
 };
 
 // A small value type: success, or an error code with a message in words.
+// No shared state: copy it and use it from any thread freely.
 class [[nodiscard]] Status {
  public:
   Status() = default;
@@ -108,7 +116,12 @@ class [[nodiscard]] Result {
 
 // The process's membership in the world.  Init() joins it (collective);
 // the destructor (or Finalize()) leaves it (collective).  One per process.
-// All methods but Finalize are safe from any thread.
+// All methods but Finalize are safe from any thread.  Each method blocks
+// exactly as its hixl.h counterpart does (World::Put as hixl_put, ...): Init,
+// Finalize, Barrier and Allgather wait for every rank; Fence, WaitUntil,
+// WaitNotification, Notify, Free, DeregisterMemory and the atomics wait as
+// documented there; the rest do not wait for other processes.  Results are
+// the caller's copies; memory passed in stays the caller's.
 class World {
  public:
   static Result<World> Init();
@@ -121,8 +134,12 @@ class World {
   Status Finalize();
   int rank() const;
   int size() const;
+  // The transport that reaches `rank`: "shm" or "ucx" (see
+  // hixl_peer_transport).  kInvalidRank outside [0, size()).  Does not block.
+  Result<std::string> PeerTransport(int rank) const;
 
-  // Symmetric memory, see hixl_alloc.
+  // Symmetric memory, see hixl_alloc: the block is hixl's until Free (or
+  // Finalize).
   Result<void*> Alloc(size_t size);
   Status Free(void* ptr);
   Status RegisterMemory(void* addr, size_t size);
@@ -139,6 +156,7 @@ class World {
                    uint64_t value, SignalOp op);
   // timeout_ms < 0 means HIXL_TIMEOUT_MS.
   Status WaitUntil(const uint64_t* sig, Cmp cmp, uint64_t value, int64_t timeout_ms = -1);
+  // Does not block; false on bad input as well.
   static bool Test(const uint64_t* sig, Cmp cmp, uint64_t value);
   Result<uint64_t> AtomicFetch(int rank, uint64_t addr);
   Status AtomicSet(int rank, uint64_t addr, uint64_t value);
@@ -165,7 +183,11 @@ class World {
   bool live_ = false;
 };
 
-// Registers memory for the lifetime of the object.
+// Registers memory for the lifetime of the object.  The memory stays the
+// caller's and must stay mapped while the Registration lives; the destructor
+// deregisters it (blocking like hixl_deregister_memory), and does nothing
+// once the world is finalized.  One object must not be used from two threads
+// at once (distinct objects may).
 class Registration {
  public:
   static Result<Registration> Make(void* addr, size_t size);
@@ -183,4 +205,7 @@ class Registration {
 
 }  // namespace hixl
 
+#if defined(__GNUC__)
+#pragma GCC visibility pop
+#endif
 #endif  // HIXL_HIXL_HPP_

@@ -7,6 +7,11 @@
 
 #include <cstring>
 #include <exception>
+#include <functional>
+#include <mutex>
+#include <set>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/status.h"
@@ -233,3 +238,32 @@ const char* hixl_strerror(int err) {
 const char* hixl_last_error(void) { return hixl::LastError(); }
 
 }  // extern "C"
+
+// hixl_peer_transport: the names are interned, so that the pointer stays
+// valid after finalize and whatever a transport's name() points to.
+namespace {
+
+const char* InternTransportName(std::string_view name) {
+  static std::mutex mu;
+  static std::set<std::string, std::less<>> names;  // node-based: c_str() is stable
+  std::lock_guard lock(mu);
+  auto it = names.find(name);
+  if (it == names.end()) it = names.emplace(name).first;
+  return it->c_str();
+}
+
+}  // namespace
+
+extern "C" const char* hixl_peer_transport(int rank) {
+  const char* name = nullptr;
+  const int rc = Guard([&]() -> Status {
+    WORLD_OR_FAIL(w, "hixl_peer_transport");
+    if (rank < 0 || rank >= w->size()) {
+      return hixl::Err(hixl::Errc::kInvalidRank, "hixl_peer_transport: rank {} is outside the world [0, {})", rank,
+                       w->size());
+    }
+    name = InternTransportName(w->TransportFor(rank));
+    return Status::Ok();
+  });
+  return rc == HIXL_SUCCESS ? name : nullptr;
+}

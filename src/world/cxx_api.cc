@@ -176,4 +176,12 @@ Registration::~Registration() {
   if (core::WorldImpl* w = core::Current()) (void)w->Deregister(addr_);
 }
 
+Result<std::string> World::PeerTransport(int rank) const {
+  HIXL_WORLD_OR_RETURN(w, "World::PeerTransport");
+  if (rank < 0 || rank >= w->size()) {
+    return Err(Errc::kInvalidRank, "World::PeerTransport: rank {} is outside the world [0, {})", rank, w->size());
+  }
+  return std::string(w->TransportFor(rank));
+}
+
 }  // namespace hixl

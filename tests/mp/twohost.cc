@@ -28,7 +28,6 @@
 #include <string>
 #include <vector>
 
-#include "world/world.h"  // WorldImpl::TransportFor: which transport serves a peer
 #include "mp_util.h"
 
 namespace {
@@ -132,13 +131,15 @@ uint64_t Seed(int from, size_t size, int op) { return hixl::test::Mix(from * 100
 
 int Transfers(hixl::World& world) {
   const int me = world.rank(), peer = 1 - me;
-  auto* w = hixl::core::Current();
   const std::string forced = Env("HIXL_TRANSPORT", "auto");
-  Check(w->TransportFor(peer) == "ucx", "the peer on the other host is served by " +
-                                            std::string(w->TransportFor(peer)) + " (want ucx)");
+  // The public API says which transport serves a peer (hixl_peer_transport).
+  auto transport_for = [&](int r) -> std::string {
+    hixl::Result<std::string> t = world.PeerTransport(r);
+    return t.ok() ? t.value() : "(error: " + t.status().ToString() + ")";
+  };
+  Check(transport_for(peer) == "ucx", "the peer on the other host is served by " + transport_for(peer) + " (want ucx)");
   if (forced == "auto") {
-    Check(w->TransportFor(me) == "shm", "this rank itself is served by " + std::string(w->TransportFor(me)) +
-                                            " (want shm)");
+    Check(transport_for(me) == "shm", "this rank itself is served by " + transport_for(me) + " (want shm)");
   }
   CheckNetDev();
 
