@@ -3,11 +3,11 @@
 // statistics in the same JSON shape.
 #pragma once
 
-#include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
 #include <sys/mman.h>
 #include <sys/utsname.h>
 #include <unistd.h>
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cctype>
@@ -51,10 +51,20 @@ inline std::optional<uint64_t> ParseSize(const std::string& s) {
   while (digits < t.size() && std::isdigit(static_cast<unsigned char>(t[digits]))) ++digits;
   if (digits == 0 || digits > 15) return std::nullopt;
   const uint64_t n = std::stoull(t.substr(0, digits));
-  static const std::map<std::string, uint64_t> kUnits = {
-      {"", 1},      {"b", 1},     {"k", kKi},   {"ki", kKi},  {"kib", kKi},        {"m", kMi},
-      {"mi", kMi},  {"mib", kMi}, {"g", kGi},   {"gi", kGi},  {"gib", kGi},        {"kb", 1000},
-      {"mb", 1000 * 1000},        {"gb", 1000 * 1000 * 1000}};
+  static const std::map<std::string, uint64_t> kUnits = {{"", 1},
+                                                         {"b", 1},
+                                                         {"k", kKi},
+                                                         {"ki", kKi},
+                                                         {"kib", kKi},
+                                                         {"m", kMi},
+                                                         {"mi", kMi},
+                                                         {"mib", kMi},
+                                                         {"g", kGi},
+                                                         {"gi", kGi},
+                                                         {"gib", kGi},
+                                                         {"kb", 1000},
+                                                         {"mb", 1000 * 1000},
+                                                         {"gb", 1000 * 1000 * 1000}};
   auto it = kUnits.find(t.substr(digits));
   if (it == kUnits.end() || n == 0) return std::nullopt;
   return n * it->second;
@@ -154,10 +164,14 @@ inline json ToJson(const Stats& s) {
 // 3 significant-ish digits: "0.058", "45.66", "138.0", "7831".
 inline std::string Fmt(double v) {
   char b[32];
-  if (v >= 1000) std::snprintf(b, sizeof b, "%.0f", v);
-  else if (v >= 100) std::snprintf(b, sizeof b, "%.1f", v);
-  else if (v >= 10) std::snprintf(b, sizeof b, "%.2f", v);
-  else std::snprintf(b, sizeof b, "%.3f", v);
+  if (v >= 1000)
+    std::snprintf(b, sizeof b, "%.0f", v);
+  else if (v >= 100)
+    std::snprintf(b, sizeof b, "%.1f", v);
+  else if (v >= 10)
+    std::snprintf(b, sizeof b, "%.2f", v);
+  else
+    std::snprintf(b, sizeof b, "%.3f", v);
   return b;
 }
 
@@ -169,8 +183,7 @@ inline std::string Spread(const Stats& s) { return Fmt(s.median) + " [" + Fmt(s.
 // How many operations make a batch of about `batch_s` seconds: after
 // `warmup` single operations, doubles a probe until it takes an eighth of
 // that, then scales; clamped to [1, max_iters].
-inline uint64_t Calibrate(const std::function<void(uint64_t)>& batch, int warmup, double batch_s,
-                          uint64_t max_iters) {
+inline uint64_t Calibrate(const std::function<void(uint64_t)>& batch, int warmup, double batch_s, uint64_t max_iters) {
   for (int i = 0; i < warmup; ++i) batch(1);
   for (uint64_t k = 1;; k *= 2) {
     auto t0 = Clock::now();

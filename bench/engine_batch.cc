@@ -66,8 +66,8 @@ json RunEngineBatch(hixl::World& world, const EngineBatchOptions& o, bool* ok) {
       if (engine.Initialize("127.0.0.1:" + std::to_string(port), opts) == hixl::SUCCESS) where.port = port;
     }
     hixl::MemHandle h = nullptr;
-    if (where.port == 0 || engine.RegisterMem({reinterpret_cast<uintptr_t>(remote.get()), 2 * batch},
-                                              hixl::MEM_HOST, h) != hixl::SUCCESS) {
+    if (where.port == 0 || engine.RegisterMem({reinterpret_cast<uintptr_t>(remote.get()), 2 * batch}, hixl::MEM_HOST,
+                                              h) != hixl::SUCCESS) {
       fail(std::string("engine set-up: ") + hixl::Engine::LastError());
       where.port = 0;
     }
@@ -95,9 +95,10 @@ json RunEngineBatch(hixl::World& world, const EngineBatchOptions& o, bool* ok) {
     Buffer src = AllocBuffer(batch), dst = AllocBuffer(batch), local = AllocBuffer(2 * batch);
     std::memset(dst.get(), 0, batch);
     std::memset(local.get(), 0, 2 * batch);
-    std::printf("\nengine batches: %s per batch into every other block of rank 0's registered memory, transport "
-                "%s, median of %d batches (GB/s)\n",
-                SizeName(batch).c_str(), o.transport.c_str(), o.reps);
+    std::printf(
+        "\nengine batches: %s per batch into every other block of rank 0's registered memory, transport "
+        "%s, median of %d batches (GB/s)\n",
+        SizeName(batch).c_str(), o.transport.c_str(), o.reps);
     std::printf("%10s %8s %5s %12s %12s %12s %10s %10s\n", "block", "blocks", "op", "engine", "world", "memcpy",
                 "vs world", "vs memcpy");
     uint64_t seed_no = 1;
@@ -157,14 +158,18 @@ json RunEngineBatch(hixl::World& world, const EngineBatchOptions& o, bool* ok) {
       };
       for (bool put : {true, false}) {
         const char* op = put ? "put" : "get";
-        Stats e = put ? measure("engine WRITE",
-                                [&](uint64_t) { return engine.TransferSync(server, hixl::WRITE, wr, 60000) == hixl::SUCCESS; },
-                                check_remote, true, &remote_seed)
-                      : measure("engine READ",
-                                [&](uint64_t) { return engine.TransferSync(server, hixl::READ, rd, 60000) == hixl::SUCCESS; },
-                                check_dst, false, &remote_seed);
-        Stats w = measure(put ? "world put" : "world get", [&](uint64_t) { return world_ops(put); },
-                          put ? std::function<bool(uint64_t)>(check_remote) : check_dst, put, &remote_seed);
+        Stats e =
+            put ? measure(
+                      "engine WRITE",
+                      [&](uint64_t) { return engine.TransferSync(server, hixl::WRITE, wr, 60000) == hixl::SUCCESS; },
+                      check_remote, true, &remote_seed)
+                : measure(
+                      "engine READ",
+                      [&](uint64_t) { return engine.TransferSync(server, hixl::READ, rd, 60000) == hixl::SUCCESS; },
+                      check_dst, false, &remote_seed);
+        Stats w = measure(
+            put ? "world put" : "world get", [&](uint64_t) { return world_ops(put); },
+            put ? std::function<bool(uint64_t)>(check_remote) : check_dst, put, &remote_seed);
         // The same blocks with one core's memcpy, scattered the same way
         // (put) or gathered (get), within this process.
         Stats m = measure(
@@ -188,11 +193,17 @@ json RunEngineBatch(hixl::World& world, const EngineBatchOptions& o, bool* ok) {
             put, &local_seed);
         if (!*ok) break;
         std::printf("%10s %8llu %5s %12s %12s %12s %9.2fx %9.2fx\n", SizeName(block).c_str(),
-                    static_cast<unsigned long long>(n), op, Spread(e).c_str(), Spread(w).c_str(),
-                    Spread(m).c_str(), e.median / w.median, e.median / m.median);
-        rows.push_back(json{{"block", block}, {"blocks", n}, {"op", op}, {"transport", o.transport},
-                            {"engine_gbps", ToJson(e)}, {"world_gbps", ToJson(w)}, {"memcpy_gbps", ToJson(m)},
-                            {"engine_vs_world", e.median / w.median}, {"engine_vs_memcpy", e.median / m.median}});
+                    static_cast<unsigned long long>(n), op, Spread(e).c_str(), Spread(w).c_str(), Spread(m).c_str(),
+                    e.median / w.median, e.median / m.median);
+        rows.push_back(json{{"block", block},
+                            {"blocks", n},
+                            {"op", op},
+                            {"transport", o.transport},
+                            {"engine_gbps", ToJson(e)},
+                            {"world_gbps", ToJson(w)},
+                            {"memcpy_gbps", ToJson(m)},
+                            {"engine_vs_world", e.median / w.median},
+                            {"engine_vs_memcpy", e.median / m.median}});
       }
       if (!*ok) break;
     }

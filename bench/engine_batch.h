@@ -10,10 +10,10 @@
 #include "bench_common.h"
 
 struct EngineBatchOptions {
-  std::vector<uint64_t> block_sizes;  // bytes per block
+  std::vector<uint64_t> block_sizes;            // bytes per block
   uint64_t batch_bytes = 64 * hixl_bench::kMi;  // bytes per batch (blocks = batch_bytes / block)
   int reps = 5;
-  std::string transport = "auto";     // the engines' "transport" option
+  std::string transport = "auto";  // the engines' "transport" option
 };
 
 // Rank 1's engine writes and reads batches of scattered blocks into rank 0's

@@ -51,10 +51,11 @@ using namespace hixl_perf;  // NOLINT(build/namespaces): the benchmark's own typ
 
 int main(int argc, char** argv) {
   Options opt;
-  CLI::App app{"hixl_perf: latency, bandwidth and message rate of hixl put/get, put-with-signal latency and remote "
-               "atomic (fetch_add) latency and rate, with a memcpy reference measured in the same run and two-sided "
-               "references (MPI, gloo) read with --ref.\n"
-               "Run it with hixlrun:  hixlrun -n 2 hixl_perf --max 1G --output r.json"};
+  CLI::App app{
+      "hixl_perf: latency, bandwidth and message rate of hixl put/get, put-with-signal latency and remote "
+      "atomic (fetch_add) latency and rate, with a memcpy reference measured in the same run and two-sided "
+      "references (MPI, gloo) read with --ref.\n"
+      "Run it with hixlrun:  hixlrun -n 2 hixl_perf --max 1G --output r.json"};
   opt.sizes.AddTo(app);
   app.add_option("--ops", opt.ops,
                  "Operations: put, get; put_signal (one-to-one ping-pong: rank 0 puts with a signal, rank 1 waits "
@@ -90,8 +91,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--rate-max", opt.rate_max, "Report the message rate up to this size")->capture_default_str();
   app.add_option("--signal-max", opt.signal_max, "Measure put_signal up to this size")->capture_default_str();
-  app.add_flag("--thp", opt.thp, "Back the benchmark's own buffers (local, registered, memcpy) with transparent "
-                                 "huge pages (madvise)");
+  app.add_flag("--thp", opt.thp,
+               "Back the benchmark's own buffers (local, registered, memcpy) with transparent "
+               "huge pages (madvise)");
   app.add_flag("--no-memcpy", opt.no_memcpy, "Skip the memcpy reference");
   app.add_flag("--touch-before-register", opt.touch_before_register,
                "Write registered memory before registering it, as an application that registers a buffer already "
@@ -109,8 +111,12 @@ int main(int argc, char** argv) {
                "(transport: HIXL_TRANSPORT)")
       ->group("Engine");
   app.add_option("--engine-blocks", engine_blocks, "With --engine: block sizes")
-      ->delimiter(',')->group("Engine")->capture_default_str();
-  app.add_option("--engine-batch", engine_batch, "With --engine: bytes per batch")->group("Engine")->capture_default_str();
+      ->delimiter(',')
+      ->group("Engine")
+      ->capture_default_str();
+  app.add_option("--engine-batch", engine_batch, "With --engine: bytes per batch")
+      ->group("Engine")
+      ->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

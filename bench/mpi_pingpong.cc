@@ -113,8 +113,10 @@ bool PingPong::MeasureSize(uint64_t size, json* out) {
       MPI_Waitall(static_cast<int>(w), reqs.data(), MPI_STATUSES_IGNORE);
       done += w;
     }
-    if (me_ == 0) Recv(&ack, 0, 1, kTagAck);
-    else Send(&ack, 0, 0, kTagAck);
+    if (me_ == 0)
+      Recv(&ack, 0, 1, kTagAck);
+    else
+      Send(&ack, 0, 0, kTagAck);
   };
 
   std::vector<double> lat, bw, rate;
@@ -156,8 +158,8 @@ bool PingPong::MeasureSize(uint64_t size, json* out) {
   if (!measure(latency, true) || !measure(bandwidth, false)) return false;
   if (me_ == 0) {
     Stats l = Summarize(lat), b = Summarize(bw);
-    json j = {{"op", "sendrecv"}, {"size", size}, {"size_name", SizeName(size)}, {"iters_lat", iters_lat},
-              {"iters_bw", iters_bw}, {"window", window}, {"lat_us", ToJson(l)}, {"bw_GBps", ToJson(b)}};
+    json j = {{"op", "sendrecv"},     {"size", size},     {"size_name", SizeName(size)}, {"iters_lat", iters_lat},
+              {"iters_bw", iters_bw}, {"window", window}, {"lat_us", ToJson(l)},         {"bw_GBps", ToJson(b)}};
     if (size <= *ParseSize(opt_.rate_max)) j["msg_rate_Mops"] = ToJson(Summarize(rate));
     std::printf("%8s   %-26s %-27s\n", SizeName(size).c_str(), Spread(l).c_str(), Spread(b).c_str());
     std::fflush(stdout);
@@ -222,8 +224,9 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   Options opt;
-  CLI::App app{"mpi_pingpong: the two-sided MPI reference of hixl_perf.\n"
-               "  mpirun --allow-run-as-root --oversubscribe -np 2 mpi_pingpong --output mpi.json"};
+  CLI::App app{
+      "mpi_pingpong: the two-sided MPI reference of hixl_perf.\n"
+      "  mpirun --allow-run-as-root --oversubscribe -np 2 mpi_pingpong --output mpi.json"};
   opt.sizes.AddTo(app);
   app.add_option("--reps", opt.reps, "Timed batches per figure")->check(CLI::Range(1, 1000))->capture_default_str();
   app.add_option("--warmup", opt.warmup, "Warm-up messages before each figure")

@@ -203,16 +203,16 @@ class Bench {
   std::string transport_;
   uint64_t batch_no_ = 0;  // the same sequence on every rank: it gives the seeds
   bool all_verified_ = true;
-  bool op_failed_ = false;  // an operation of the current batch failed (reported once)
+  bool op_failed_ = false;                              // an operation of the current batch failed (reported once)
   std::map<std::pair<Mem, uint64_t>, double> put_lat_;  // put + fence latency by (memory, size), for comparison
   std::vector<double> load_at_start_ = LoadAverage();
 
   // Memory of the current (pattern, memory kind) phase.
   Mem mem_ = Mem::kSym;
-  uint64_t stride_ = 0;                 // bytes per slot
-  Buffer local_;                        // this rank's source (put) or destination (get)
-  uint8_t* exposed_ = nullptr;          // this rank's remotely accessible block
-  Buffer exposed_storage_;              // its storage, for registered memory
+  uint64_t stride_ = 0;         // bytes per slot
+  Buffer local_;                // this rank's source (put) or destination (get)
+  uint8_t* exposed_ = nullptr;  // this rank's remotely accessible block
+  Buffer exposed_storage_;      // its storage, for registered memory
   std::optional<hixl::Registration> registration_;
   std::vector<uint64_t> exposed_addr_;  // every rank's block, by rank
   // Signal words (put_signal) and the fetch_add counter, in the same kind of
@@ -222,7 +222,7 @@ class Bench {
   std::optional<hixl::Registration> sig_registration_;
   std::vector<uint64_t> sig_addr_;  // every rank's signal page, by rank
   uint64_t round_ = 0;              // put_signal rounds so far: the same on every rank
-  Buffer paired_src_, paired_dst_;      // rank 0's buffers for the paired memcpy
+  Buffer paired_src_, paired_dst_;  // rank 0's buffers for the paired memcpy
 };
 
 }  // namespace hixl_perf

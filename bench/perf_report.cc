@@ -27,7 +27,8 @@ void Bench::PrintHeader() {
       cma ? ", HIXL_SHM_CMA=" : "", cma ? cma : "", thp ? ", HIXL_SHM_THP=" : "", thp ? thp : "");
   Say("machine: %s, %ld CPUs online\n", CpuModel().c_str(), ::sysconf(_SC_NPROCESSORS_ONLN));
   Say("each figure: median [min - max] of %d batches of ~%g ms, after warm-up; GB/s = 1e9 B/s; every batch "
-      "verified\n", opt_.reps, opt_.batch_ms);
+      "verified\n",
+      opt_.reps, opt_.batch_ms);
   Say("lat = one op + fence; GB/s and Mmsg/s = back-to-back ops + one fence; x REF = GB/s over the reference's\n");
   Say("%% memcpy = median over the batches of GB/s over a memcpy of the same size and volume on rank 0 right "
       "after the batch\n");
@@ -72,7 +73,8 @@ void Bench::PrintRow(uint64_t size, const Row& r, const Row* m) {
 
 void Bench::PrintSignalHeader(Mem mem) {
   Say("\n== put_signal, %s, ping-pong rank 0 <-> rank 1: half round trip (put with signal until the target sees "
-      "the signal)\n", Title(mem));
+      "the signal)\n",
+      Title(mem));
   std::string h = "    size   lat us                     put+fence us";
   for (const auto& r : refs_) {
     char c[32];
@@ -152,25 +154,35 @@ json Bench::Document(const json& memcpy_rows, const json& results, double elapse
   doc["machine"] = Machine();
   doc["machine"]["loadavg_at_start"] = load_at_start_;
   doc["build"] = {{"type", HIXL_BUILD_TYPE}, {"sanitized", Sanitized()}};
-  doc["config"] = {{"sizes", sizes_},        {"reps", opt_.reps},         {"warmup", opt_.warmup},
-                   {"batch_ms", opt_.batch_ms}, {"max_iters", opt_.max_iters}, {"rate_max", rate_max_},
-                   {"many_max", many_max_},  {"signal_max", signal_max_}, {"thp", opt_.thp},
+  doc["config"] = {{"sizes", sizes_},
+                   {"reps", opt_.reps},
+                   {"warmup", opt_.warmup},
+                   {"batch_ms", opt_.batch_ms},
+                   {"max_iters", opt_.max_iters},
+                   {"rate_max", rate_max_},
+                   {"many_max", many_max_},
+                   {"signal_max", signal_max_},
+                   {"thp", opt_.thp},
                    {"touch_before_register", opt_.touch_before_register}};
   const char* thp = std::getenv("HIXL_SHM_THP");
   doc["shm_thp_env"] = thp ? thp : "";
   json refs = json::object();
   for (const auto& r : refs_) refs[r.name] = {{"label", r.label}, {"file", r.file}};
   doc["references"] = refs;
-  doc["units"] = {{"lat_us", "microseconds per operation, including the fence; put_signal: half a ping-pong round "
-                             "trip (put with signal until the target has seen the signal); fetch_add: one call "
-                             "(complete on return), rank 1 alone"},
+  doc["units"] = {{"lat_us",
+                   "microseconds per operation, including the fence; put_signal: half a ping-pong round "
+                   "trip (put with signal until the target has seen the signal); fetch_add: one call "
+                   "(complete on return), rank 1 alone"},
                   {"bw_GBps", "1e9 bytes per second (many_to_one: aggregate over workers)"},
-                  {"msg_rate_Mops", "1e6 operations per second; fetch_add: every worker (ranks 1..N-1) at once, "
-                                    "aggregate"},
-                  {"bw_ratio", "hixl GB/s median / the reference's GB/s median at the same size; for memcpy, "
-                               "the median of the per-batch ratios to the paired memcpy"},
-                  {"memcpy_paired_GBps", "one core's memcpy of the same size and volume, run on rank 0 right "
-                                         "after each bandwidth batch"}};
+                  {"msg_rate_Mops",
+                   "1e6 operations per second; fetch_add: every worker (ranks 1..N-1) at once, "
+                   "aggregate"},
+                  {"bw_ratio",
+                   "hixl GB/s median / the reference's GB/s median at the same size; for memcpy, "
+                   "the median of the per-batch ratios to the paired memcpy"},
+                  {"memcpy_paired_GBps",
+                   "one core's memcpy of the same size and volume, run on rank 0 right "
+                   "after each bandwidth batch"}};
   doc["memcpy"] = memcpy_rows;
   doc["results"] = results;
   doc["verified"] = all_verified_;

@@ -69,7 +69,9 @@ bool Bench::ParseOptions() {
   }
   std::sort(patterns_.begin(), patterns_.end());
   patterns_.erase(std::unique(patterns_.begin(), patterns_.end()), patterns_.end());
-  auto has = [&](const char* m) { return std::find(opt_.measures.begin(), opt_.measures.end(), m) != opt_.measures.end(); };
+  auto has = [&](const char* m) {
+    return std::find(opt_.measures.begin(), opt_.measures.end(), m) != opt_.measures.end();
+  };
   do_lat_ = has("lat");
   do_bw_ = has("bw");
   if (me_ == 0) {  // only rank 0 prints ratios; the files need not exist elsewhere
@@ -200,8 +202,13 @@ int Bench::Run() {
               return kExitFailure;
             }
             PrintSignalRow(m, s, r);
-            json j = {{"pattern", Name(p)}, {"mem", Name(m)}, {"op", Name(op)}, {"size", s},
-                      {"size_name", SizeName(s)}, {"iters_lat", r.iters_lat}, {"iters_bw", 0},
+            json j = {{"pattern", Name(p)},
+                      {"mem", Name(m)},
+                      {"op", Name(op)},
+                      {"size", s},
+                      {"size_name", SizeName(s)},
+                      {"iters_lat", r.iters_lat},
+                      {"iters_bw", 0},
                       {"lat_us", ToJson(r.lat_us)},
                       {"lat_kind", "half_round_trip"}};
             json refs = json::object();
@@ -224,8 +231,13 @@ int Bench::Run() {
             return kExitFailure;
           }
           PrintAtomicRow(r);
-          json j = {{"pattern", n_ > 2 ? "many_to_one" : "one_to_one"}, {"mem", Name(m)}, {"op", Name(op)},
-                    {"size", 8}, {"size_name", SizeName(8)}, {"workers", n_ - 1}, {"iters_lat", r.iters_lat},
+          json j = {{"pattern", n_ > 2 ? "many_to_one" : "one_to_one"},
+                    {"mem", Name(m)},
+                    {"op", Name(op)},
+                    {"size", 8},
+                    {"size_name", SizeName(8)},
+                    {"workers", n_ - 1},
+                    {"iters_lat", r.iters_lat},
                     {"iters_bw", r.iters_bw}};
           if (r.iters_lat) j["lat_us"] = ToJson(r.lat_us);
           if (r.has_rate) j["msg_rate_Mops"] = ToJson(r.rate_Mops);

@@ -44,9 +44,9 @@ Row Bench::MeasurePutSignal(uint64_t size) {
   const bool tagged = size >= 8;
   auto send = [&](uint64_t v) {
     if (tagged) std::memcpy(local, &v, 8);
-    const hixl::Status s = w_.PutSignal(peer, local, exposed_addr_[static_cast<size_t>(peer)], size,
-                                        sig_addr_[static_cast<size_t>(peer)] + kSignalWord * 8, v,
-                                        hixl::SignalOp::kSet);
+    const hixl::Status s =
+        w_.PutSignal(peer, local, exposed_addr_[static_cast<size_t>(peer)], size,
+                     sig_addr_[static_cast<size_t>(peer)] + kSignalWord * 8, v, hixl::SignalOp::kSet);
     if (!s.ok()) ReportFailure("put_signal of " + SizeName(size) + ": " + s.ToString());
     return s.ok();
   };
@@ -98,9 +98,10 @@ Row Bench::MeasurePutSignal(uint64_t size) {
       // The last message from the peer: its pattern after the round tag.
       const uint64_t skip = tagged ? 8 : 0;
       if (auto bad = Check(exposed_ + skip, size - skip, Seed(b, peer) + (tagged ? kStep : 0))) {
-        std::fprintf(stderr, "hixl_perf: rank %d: VERIFICATION FAILED: put_signal of %s from rank %d: wrong byte at "
-                     "offset %llu\n", me_, SizeName(size).c_str(), peer,
-                     static_cast<unsigned long long>(*bad + skip));
+        std::fprintf(stderr,
+                     "hixl_perf: rank %d: VERIFICATION FAILED: put_signal of %s from rank %d: wrong byte at "
+                     "offset %llu\n",
+                     me_, SizeName(size).c_str(), peer, static_cast<unsigned long long>(*bad + skip));
         rep.ok = 0;
       }
     }
@@ -181,8 +182,10 @@ Row Bench::MeasureFetchAdd() {
     if (do_lat_ && !run(false, &row.iters_lat, &lat, nullptr)) return row;
     if (do_bw_ && !run(true, &row.iters_bw, nullptr, &rate)) return row;
   }
-  if (do_lat_) row.lat_us = Summarize(lat);
-  else row.iters_lat = 0;
+  if (do_lat_)
+    row.lat_us = Summarize(lat);
+  else
+    row.iters_lat = 0;
   if (do_bw_) {
     row.rate_Mops = Summarize(rate);
     row.has_rate = true;

@@ -55,8 +55,9 @@ std::vector<BatchReport> Bench::TimedBatch(Pattern pattern, Op op, uint64_t size
   auto verify = [&](uint8_t* p, uint64_t seed, int from) {
     if (opt_.corrupt) p[size / 2] ^= 0x5a;
     if (auto bad = Check(p, size, seed)) {
-      std::fprintf(stderr, "hixl_perf: rank %d: VERIFICATION FAILED: %s of %s with rank %d: wrong byte at offset %llu\n",
-                   me_, Name(op), SizeName(size).c_str(), from, static_cast<unsigned long long>(*bad));
+      std::fprintf(stderr,
+                   "hixl_perf: rank %d: VERIFICATION FAILED: %s of %s with rank %d: wrong byte at offset %llu\n", me_,
+                   Name(op), SizeName(size).c_str(), from, static_cast<unsigned long long>(*bad));
       rep.ok = 0;
     }
   };
@@ -100,7 +101,7 @@ Row Bench::MeasureHixl(Pattern pattern, Op op, uint64_t size) {
   // Per batch: the slowest worker's time and all workers' operations.
   Row row;
   std::vector<double> lat, bw, rate, paired_bw, paired_ratio;
-  const bool pairing = do_bw_ && !opt_.no_memcpy;  // the same on every rank
+  const bool pairing = do_bw_ && !opt_.no_memcpy;      // the same on every rank
   const bool paired = static_cast<bool>(paired_src_);  // rank 0: it runs the memcpy
   uint64_t paired_seed = kPairedSeed;
   auto measure = [&](const Batch& batch, uint64_t* iters_out, bool latency) {

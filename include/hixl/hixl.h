@@ -37,21 +37,21 @@ extern "C" {
 /* Error codes: the rows of HIXL_ERROR_CODES (hixl_errors.h), written out as
  * literals so that #if and switch work; the build checks they equal it. */
 #define HIXL_SUCCESS 0
-#define HIXL_ERR_INVALID_ARG (-1)       /* null pointer, overflowing range, bad value */
-#define HIXL_ERR_NOT_INITIALIZED (-2)   /* called before hixl_init or after hixl_finalize */
-#define HIXL_ERR_NOT_REGISTERED (-3)    /* remote range not inside one registered region */
-#define HIXL_ERR_INVALID_RANK (-4)      /* rank outside [0, world size) */
-#define HIXL_ERR_TIMEOUT (-5)           /* a wait exceeded HIXL_TIMEOUT_MS */
-#define HIXL_ERR_PEER_FAILED (-6)       /* a peer process died or left */
-#define HIXL_ERR_NO_MEMORY (-7)         /* allocation or mapping failed */
-#define HIXL_ERR_TRANSPORT (-8)         /* the transport failed (system error) */
-#define HIXL_ERR_UNSUPPORTED (-9)       /* not available in this build or setting */
+#define HIXL_ERR_INVALID_ARG (-1)          /* null pointer, overflowing range, bad value */
+#define HIXL_ERR_NOT_INITIALIZED (-2)      /* called before hixl_init or after hixl_finalize */
+#define HIXL_ERR_NOT_REGISTERED (-3)       /* remote range not inside one registered region */
+#define HIXL_ERR_INVALID_RANK (-4)         /* rank outside [0, world size) */
+#define HIXL_ERR_TIMEOUT (-5)              /* a wait exceeded HIXL_TIMEOUT_MS */
+#define HIXL_ERR_PEER_FAILED (-6)          /* a peer process died or left */
+#define HIXL_ERR_NO_MEMORY (-7)            /* allocation or mapping failed */
+#define HIXL_ERR_TRANSPORT (-8)            /* the transport failed (system error) */
+#define HIXL_ERR_UNSUPPORTED (-9)          /* not available in this build or setting */
 #define HIXL_ERR_ALREADY_INITIALIZED (-10) /* hixl_init called twice */
-#define HIXL_ERR_BOOTSTRAP (-11)        /* environment or rendezvous problem */
-#define HIXL_ERR_INTERNAL (-12)         /* a bug in hixl: please report it */
-#define HIXL_ERR_QUEUE_FULL (-13)       /* the target's notification queue is full: retry later */
-#define HIXL_ERR_NOT_CONNECTED (-14)    /* engine API: no live connection to that engine */
-#define HIXL_ERR_ALREADY_CONNECTED (-15) /* engine API: Connect to an engine already connected */
+#define HIXL_ERR_BOOTSTRAP (-11)           /* environment or rendezvous problem */
+#define HIXL_ERR_INTERNAL (-12)            /* a bug in hixl: please report it */
+#define HIXL_ERR_QUEUE_FULL (-13)          /* the target's notification queue is full: retry later */
+#define HIXL_ERR_NOT_CONNECTED (-14)       /* engine API: no live connection to that engine */
+#define HIXL_ERR_ALREADY_CONNECTED (-15)   /* engine API: Connect to an engine already connected */
 
 /* Joins the world described by the environment (RANK, WORLD_SIZE,
  * MASTER_ADDR, MASTER_PORT, or Open MPI / PMI / Slurm variables).  Without

@@ -81,8 +81,8 @@ class [[nodiscard]] Status {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}                      // NOLINT(runtime/explicit)
-  Result(Status status) : v_(std::move(status)) {}               // NOLINT(runtime/explicit)
+  Result(T value) : v_(std::move(value)) {}         // NOLINT(runtime/explicit)
+  Result(Status status) : v_(std::move(status)) {}  // NOLINT(runtime/explicit)
   Result(Errc code, std::string msg) : v_(Status(code, std::move(msg))) {}
 
   bool ok() const { return std::holds_alternative<T>(v_); }
@@ -152,8 +152,8 @@ class World {
   // recv.size() becomes size() * send.size().
   Status Allgather(const void* send, void* recv, size_t bytes_per_rank);
   // Signals, atomics and notifications: see hixl.h.
-  Status PutSignal(int dst_rank, const void* src, uint64_t dst_addr, size_t size, uint64_t sig_addr,
-                   uint64_t value, SignalOp op);
+  Status PutSignal(int dst_rank, const void* src, uint64_t dst_addr, size_t size, uint64_t sig_addr, uint64_t value,
+                   SignalOp op);
   // timeout_ms < 0 means HIXL_TIMEOUT_MS.
   Status WaitUntil(const uint64_t* sig, Cmp cmp, uint64_t value, int64_t timeout_ms = -1);
   // Does not block; false on bad input as well.

@@ -21,8 +21,7 @@ namespace hixl_py {
 namespace {
 
 struct GuardObject {
-  PyObject_HEAD
-  BufferObject* owner;
+  PyObject_HEAD BufferObject* owner;
 };
 
 PyTypeObject* g_buffer_type = nullptr;
@@ -190,12 +189,11 @@ PyGetSetDef g_buffer_getset[] = {
 };
 
 PyMethodDef g_buffer_methods[] = {
-    {"free", BufferFree, METH_NOARGS,
-     "Frees the block now (as hixl.free(buf)).  Refused while views of it exist."},
+    {"free", BufferFree, METH_NOARGS, "Frees the block now (as hixl.free(buf)).  Refused while views of it exist."},
     {"numpy", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(BufferNumpy)), METH_VARARGS | METH_KEYWORDS,
      "numpy(dtype=numpy.uint8): a numpy array over the block, without a copy."},
-    {"tensor", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(BufferTensor)),
-     METH_VARARGS | METH_KEYWORDS, "tensor(dtype=torch.uint8): a torch tensor over the block, without a copy."},
+    {"tensor", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(BufferTensor)), METH_VARARGS | METH_KEYWORDS,
+     "tensor(dtype=torch.uint8): a torch tensor over the block, without a copy."},
     {"__enter__", BufferEnter, METH_NOARGS, nullptr},
     {"__exit__", BufferExit, METH_VARARGS, "Frees the block unless it was freed already."},
     {nullptr, nullptr, 0, nullptr},
@@ -231,8 +229,7 @@ PyType_Slot g_guard_slots[] = {
 };
 
 PyType_Spec g_guard_spec = {
-    "hixl._BufferView", sizeof(GuardObject), 0, Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION,
-    g_guard_slots,
+    "hixl._BufferView", sizeof(GuardObject), 0, Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION, g_guard_slots,
 };
 
 }  // namespace

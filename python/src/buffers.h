@@ -20,8 +20,7 @@ namespace py = pybind11;
 enum BlockState : int { kLive = 0, kFreed = 1, kReleased = 2 };
 
 struct BufferObject {
-  PyObject_HEAD
-  void* ptr;
+  PyObject_HEAD void* ptr;
   size_t nbytes;
   Py_ssize_t views;  // live guards: exports, and transfers or registrations in flight
   int state;

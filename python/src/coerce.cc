@@ -158,8 +158,8 @@ size_t SizeFor(const char* api, const Mem& local, const char* local_name, const 
     } else if (remote.sized) {
       n = remote.nbytes;
     } else {
-      RaiseInvalid(fmt::format("{}: size is required when {} and {} are both int addresses", api, local_name,
-                               remote_name));
+      RaiseInvalid(
+          fmt::format("{}: size is required when {} and {} are both int addresses", api, local_name, remote_name));
     }
   } else {
     n = ToSize(size, api);

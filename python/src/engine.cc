@@ -5,8 +5,8 @@
 // The local objects of a transfer are kept alive until its final status,
 // registered objects until deregister_mem; the GIL is released around every
 // engine call.
-#include <hixl/engine.hpp>
 #include <pybind11/stl.h>
+#include <hixl/engine.hpp>
 
 #include <fmt/format.h>
 
@@ -58,8 +58,8 @@ hixl::TransferOp ToOp(py::handle op) {
   try {
     return op.cast<hixl::TransferOp>();
   } catch (const py::cast_error&) {
-    RaiseEngine(hixl::PARAM_INVALID, fmt::format("op must be hixl.READ, hixl.WRITE, 'read' or 'write', not {}",
-                                                 TypeName(op)));
+    RaiseEngine(hixl::PARAM_INVALID,
+                fmt::format("op must be hixl.READ, hixl.WRITE, 'read' or 'write', not {}", TypeName(op)));
   }
 }
 
@@ -92,8 +92,8 @@ class PyEngine {
     std::map<std::string, std::string> opts;
     if (!options.is_none()) {
       if (!py::isinstance<py::dict>(options)) {
-        RaiseEngine(hixl::PARAM_INVALID, fmt::format("Engine.initialize: options must be a dict, not {}",
-                                                     TypeName(options)));
+        RaiseEngine(hixl::PARAM_INVALID,
+                    fmt::format("Engine.initialize: options must be a dict, not {}", TypeName(options)));
       }
       for (auto [k, v] : py::reinterpret_borrow<py::dict>(options)) {
         opts[py::str(k)] = py::isinstance<py::bool_>(v) ? (v.cast<bool>() ? "1" : "0") : std::string(py::str(v));
@@ -115,8 +115,11 @@ class PyEngine {
     hixl::MemType type = hixl::MEM_HOST;
     if (py::isinstance<py::str>(mem_type)) {
       std::string t = py::str(mem_type);
-      if (t == "device") type = hixl::MEM_DEVICE;
-      else if (t != "host") RaiseEngine(hixl::PARAM_INVALID, fmt::format("Engine.register_mem: mem_type '{}' is not 'host' or 'device'", t));
+      if (t == "device")
+        type = hixl::MEM_DEVICE;
+      else if (t != "host")
+        RaiseEngine(hixl::PARAM_INVALID,
+                    fmt::format("Engine.register_mem: mem_type '{}' is not 'host' or 'device'", t));
     } else {
       type = mem_type.cast<hixl::MemType>();
     }
@@ -190,12 +193,13 @@ class PyEngine {
       }
       if (!py::isinstance<py::tuple>(d) && !py::isinstance<py::list>(d)) {
         RaiseEngine(hixl::PARAM_INVALID, fmt::format("{}: expected (local, remote_addr[, size]) or a "
-                                                     "hixl.TransferOpDesc, not {}", what, TypeName(d)));
+                                                     "hixl.TransferOpDesc, not {}",
+                                                     what, TypeName(d)));
       }
       py::sequence t = py::reinterpret_borrow<py::sequence>(d);
       if (t.size() != 2 && t.size() != 3) {
-        RaiseEngine(hixl::PARAM_INVALID, fmt::format("{}: expected (local, remote_addr[, size]), got {} items", what,
-                                                     t.size()));
+        RaiseEngine(hixl::PARAM_INVALID,
+                    fmt::format("{}: expected (local, remote_addr[, size]), got {} items", what, t.size()));
       }
       Mem m = ResolveLocal(t[0], what + " local", /*writable=*/op == hixl::READ);
       const uint64_t remote = ToAddress(t[1], what + " remote_addr");
@@ -203,8 +207,8 @@ class PyEngine {
       if (t.size() == 3 && !t[2].is_none()) {
         n = ToSize(t[2], what);
         if (m.sized && n > m.nbytes) {
-          RaiseEngine(hixl::PARAM_INVALID, fmt::format("{}: size {} is larger than the local object ({} bytes)", what,
-                                                       n, m.nbytes));
+          RaiseEngine(hixl::PARAM_INVALID,
+                      fmt::format("{}: size {} is larger than the local object ({} bytes)", what, n, m.nbytes));
         }
       } else {
         if (!m.sized) RaiseEngine(hixl::PARAM_INVALID, fmt::format("{}: size is required with an int address", what));
@@ -270,8 +274,8 @@ class PyEngine {
     } else if (py::isinstance<py::bytes>(msg)) {
       n.notify_msg = msg.cast<std::string>();
     } else {
-      RaiseEngine(hixl::PARAM_INVALID, fmt::format("Engine.send_notify: msg must be str or bytes, not {}",
-                                                   TypeName(msg)));
+      RaiseEngine(hixl::PARAM_INVALID,
+                  fmt::format("Engine.send_notify: msg must be str or bytes, not {}", TypeName(msg)));
     }
     EngineCall([&] { return engine_.SendNotify(remote, n, timeout_ms); });
   }
@@ -326,7 +330,9 @@ void BindEngine(py::module_& m) {
                            d.len);
       });
   py::class_<hixl::NotifyDesc>(m, "NotifyDesc")
-      .def(py::init([](std::string name, std::string msg) { return hixl::NotifyDesc{std::move(name), std::move(msg)}; }),
+      .def(py::init([](std::string name, std::string msg) {
+             return hixl::NotifyDesc{std::move(name), std::move(msg)};
+           }),
            py::arg("name"), py::arg("notify_msg"))
       .def_property_readonly("name", [](const hixl::NotifyDesc& n) { return py::str(n.name); })
       .def_property_readonly("notify_msg",
@@ -343,8 +349,8 @@ void BindEngine(py::module_& m) {
                            py::repr(py::bytes(n.notify_msg)).cast<std::string>());
       });
   py::class_<PyTransferReq, std::shared_ptr<PyTransferReq>>(m, "TransferReq")
-      .def_property_readonly("error", [](const PyTransferReq& r) { return r.error; },
-                             "Why it ended FAILED or TIMEOUT ('' otherwise).")
+      .def_property_readonly(
+          "error", [](const PyTransferReq& r) { return r.error; }, "Why it ended FAILED or TIMEOUT ('' otherwise).")
       .def_property_readonly("done", [](const PyTransferReq& r) { return r.done; });
   py::class_<PyEngine>(m, "Engine",
                        "An engine: starts on its own, registers memory, connects to other engines by 'ip:port' and "
@@ -381,6 +387,5 @@ void BindEngine(py::module_& m) {
       .def("__enter__", [](py::object self) { return self; })
       .def("__exit__", [](PyEngine& e, py::args) { e.Finalize(); });
 }
-
 
 }  // namespace hixl_py

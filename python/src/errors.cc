@@ -43,10 +43,12 @@ void SetError(int code, const std::string& message) {
 std::string TypeName(py::handle h) { return Py_TYPE(h.ptr())->tp_name; }
 
 void BindErrors(py::module_& m) {
-  m.def("strerror", [](int code) { return std::string(hixl_strerror(code)); }, py::arg("code"),
-        "The name and meaning of an HIXL_ERR_* code.");
-  m.def("_engine_status_name", [](hixl::EngineStatus status) { return std::string(hixl::EngineStatusName(status)); },
-        py::arg("status"), "The name of an engine status number (e.g. 'PARAM_INVALID'), for tests.");
+  m.def(
+      "strerror", [](int code) { return std::string(hixl_strerror(code)); }, py::arg("code"),
+      "The name and meaning of an HIXL_ERR_* code.");
+  m.def(
+      "_engine_status_name", [](hixl::EngineStatus status) { return std::string(hixl::EngineStatusName(status)); },
+      py::arg("status"), "The name of an engine status number (e.g. 'PARAM_INVALID'), for tests.");
   m.def(
       "_error_table",
       [] {

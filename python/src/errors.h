@@ -25,8 +25,7 @@ namespace py = pybind11;
 // message, code), where code is the failure's precise HIXL_ERR_* code
 // (hixl::Engine::LastErrorCode(); the binding's own argument checks are
 // HIXL_ERR_INVALID_ARG).
-[[noreturn]] void RaiseEngine(hixl::EngineStatus status, const std::string& message,
-                              int code = HIXL_ERR_INVALID_ARG);
+[[noreturn]] void RaiseEngine(hixl::EngineStatus status, const std::string& message, int code = HIXL_ERR_INVALID_ARG);
 
 // Raises unless s is ok.
 void Check(const hixl::Status& s);

@@ -103,9 +103,10 @@ void Notify(int dst_rank, py::handle data) {
     RaiseInvalid("hixl.notify: data must be a bytes-like object, not str (encode it, e.g. text.encode())");
   }
   if (!PyObject_CheckBuffer(data.ptr())) {
-    RaiseInvalid(fmt::format("hixl.notify: data must be a bytes-like object (bytes, bytearray, memoryview, a numpy "
-                             "array), not {}",
-                             TypeName(data)));
+    RaiseInvalid(
+        fmt::format("hixl.notify: data must be a bytes-like object (bytes, bytearray, memoryview, a numpy "
+                    "array), not {}",
+                    TypeName(data)));
   }
   std::string bytes;
   {
@@ -129,9 +130,7 @@ void Notify(int dst_rank, py::handle data) {
   Completed(mark);
 }
 
-py::tuple NotificationTuple(const hixl::Notification& n) {
-  return py::make_tuple(n.src_rank, py::bytes(n.data));
-}
+py::tuple NotificationTuple(const hixl::Notification& n) { return py::make_tuple(n.src_rank, py::bytes(n.data)); }
 
 py::list GetNotifications() {
   hixl::World& w = WorldOrRaise("hixl.get_notifications");
@@ -167,8 +166,7 @@ void BindSignals(py::module_& m) {
         "Writes `size` bytes from local src_addr into dst_rank's memory at dst_addr, then updates the 64-bit signal "
         "word at sig_addr on dst_rank (op SIGNAL_SET: set to value; SIGNAL_ADD: add value).  Whoever sees the new "
         "signal sees the data.  sig_addr: an int, or symmetric memory.  The source is kept until fence().");
-  m.def("wait_until", &WaitUntil, py::arg("sig_addr"), py::arg("cmp"), py::arg("value"),
-        py::arg("timeout_ms") = -1,
+  m.def("wait_until", &WaitUntil, py::arg("sig_addr"), py::arg("cmp"), py::arg("value"), py::arg("timeout_ms") = -1,
         "Waits until the local 64-bit word at sig_addr (an int address, or an object exposing memory: its first 8 "
         "bytes) compares true against value (cmp: CMP_EQ, CMP_NE, CMP_GT, CMP_GE, CMP_LT, CMP_LE): spins briefly, "
         "then sleeps.  HixlTimeoutError after timeout_ms (negative: HIXL_TIMEOUT_MS).  Releases the GIL.");

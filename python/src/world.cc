@@ -67,14 +67,15 @@ void Finalize() {
   S().world_known.clear();
   if (viewed > 0) {
     std::string msg =
-        lost == 0
-            ? fmt::format("hixl.finalize: {} block(s) from hixl.alloc still had views (numpy arrays, torch tensors, "
-                          "memoryviews); they now hold a private copy of the block's last contents, which no peer "
-                          "can reach",
-                          viewed)
-            : fmt::format("hixl.finalize: {} block(s) from hixl.alloc still had views, and {} of them could not be "
-                          "kept mapped: those views now point at unmapped memory and must not be used",
-                          viewed, lost);
+        lost == 0 ? fmt::format(
+                        "hixl.finalize: {} block(s) from hixl.alloc still had views (numpy arrays, torch tensors, "
+                        "memoryviews); they now hold a private copy of the block's last contents, which no peer "
+                        "can reach",
+                        viewed)
+                  : fmt::format(
+                        "hixl.finalize: {} block(s) from hixl.alloc still had views, and {} of them could not be "
+                        "kept mapped: those views now point at unmapped memory and must not be used",
+                        viewed, lost);
     if (PyErr_WarnEx(PyExc_RuntimeWarning, msg.c_str(), 1) != 0) throw py::error_already_set();
   }
   Check(s);
@@ -343,7 +344,8 @@ void BindWorld(py::module_& m) {
         "Joins the world the environment describes (hixlrun, torchrun-style RANK/WORLD_SIZE/MASTER_ADDR/"
         "MASTER_PORT, Open MPI, PMI or Slurm variables); a world of one without them.  Collective.");
   m.def("finalize", &Finalize, "Leaves the world: fences, waits for every rank, releases everything.  Collective.");
-  m.def("is_initialized", [] { return S().world != nullptr; }, "True between init() and finalize().");
+  m.def(
+      "is_initialized", [] { return S().world != nullptr; }, "True between init() and finalize().");
   m.def("rank", &Rank, "This process's rank.");
   m.def("world_size", &WorldSize, "The number of ranks.");
   m.def("alloc", &Alloc, py::arg("size"),
@@ -366,7 +368,8 @@ void BindWorld(py::module_& m) {
   m.def("barrier", &Barrier, "Collective: every rank has arrived, and every rank's transfers are complete.");
   m.def("allgather", &Allgather, py::arg("value"),
         "Collective: every rank's int (-> list of ints) or bytes-like object (-> list of bytes), in rank order.");
-  m.def("_at_exit", [] { S().exiting = true; }, "Called at interpreter exit: blocks are no longer freed one by one.");
+  m.def(
+      "_at_exit", [] { S().exiting = true; }, "Called at interpreter exit: blocks are no longer freed one by one.");
   m.def("_stats", &Stats, "Bookkeeping counters, for tests.");
 }
 

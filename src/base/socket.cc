@@ -56,7 +56,7 @@ void SetNoDelay(int fd) {
 }  // namespace
 
 Result<Fd> Listen(const std::string& host, uint16_t port, int backlog) {
-  HIXL_ASSIGN_OR_RETURN(addrinfo* res, Resolve(host, port, true));
+  HIXL_ASSIGN_OR_RETURN(addrinfo * res, Resolve(host, port, true));
   Status last = Err(Errc::kBootstrap, "no address to listen on for '{}:{}'", host, port);
   for (addrinfo* ai = res; ai; ai = ai->ai_next) {
     Fd fd(::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol));
@@ -94,7 +94,7 @@ Result<uint16_t> LocalPort(int fd) {
 Result<Fd> Connect(const std::string& host, uint16_t port, Deadline deadline) {
   auto backoff = std::chrono::milliseconds(1);
   while (true) {
-    HIXL_ASSIGN_OR_RETURN(addrinfo* res, Resolve(host, port, false));
+    HIXL_ASSIGN_OR_RETURN(addrinfo * res, Resolve(host, port, false));
     std::string last = "no address";
     for (addrinfo* ai = res; ai; ai = ai->ai_next) {
       Fd fd(::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol));
@@ -131,8 +131,8 @@ Result<Fd> Connect(const std::string& host, uint16_t port, Deadline deadline) {
       return Err(Errc::kTimeout, "cannot connect to {}:{} before the timeout: {}", host, port, last);
     }
     // Nothing listens yet (the peer is starting): retry with a growing pause.
-    std::this_thread::sleep_for(std::min<std::chrono::milliseconds>(
-        backoff, std::chrono::milliseconds(std::max(1, MsLeft(deadline)))));
+    std::this_thread::sleep_for(
+        std::min<std::chrono::milliseconds>(backoff, std::chrono::milliseconds(std::max(1, MsLeft(deadline)))));
     backoff = std::min(backoff * 2, std::chrono::milliseconds(100));
   }
 }

@@ -3,11 +3,11 @@
 #pragma once
 
 #include <chrono>
-#include <cstring>
-#include <type_traits>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 
 #include "base/status.h"
@@ -27,7 +27,10 @@ class Fd {
   explicit Fd(int fd) : fd_(fd) {}
   Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
   Fd& operator=(Fd&& o) noexcept {
-    if (this != &o) { Reset(); fd_ = std::exchange(o.fd_, -1); }
+    if (this != &o) {
+      Reset();
+      fd_ = std::exchange(o.fd_, -1);
+    }
     return *this;
   }
   Fd(const Fd&) = delete;

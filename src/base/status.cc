@@ -8,8 +8,8 @@
 namespace hixl {
 
 // hixl.h writes the codes out as literals (for #if); each must be its row.
-#define HIXL_CHECK_C_CODE_(c_name, cxx_name, value, desc, engine, py)                           \
-  static_assert(c_name == (value), #c_name " in hixl.h differs from HIXL_ERROR_CODES");          \
+#define HIXL_CHECK_C_CODE_(c_name, cxx_name, value, desc, engine, py)                   \
+  static_assert(c_name == (value), #c_name " in hixl.h differs from HIXL_ERROR_CODES"); \
   static_assert(static_cast<int>(Errc::cxx_name) == (value), "Errc::" #cxx_name " differs from " #c_name);
 HIXL_ERROR_CODES(HIXL_CHECK_C_CODE_)
 #undef HIXL_CHECK_C_CODE_
@@ -38,24 +38,20 @@ bool IsKnownErrc(int code) { return code <= 0 && code > -kRows; }
 const char* ErrcName(int code) {
   switch (code) {
 #define HIXL_NAME_CASE_(c_name, cxx_name, value, desc, engine, py) \
-  case value:                                                       \
-    return #c_name;
+  case value: return #c_name;
     HIXL_ERROR_CODES(HIXL_NAME_CASE_)
 #undef HIXL_NAME_CASE_
-    default:
-      return "HIXL_ERR_UNKNOWN";
+    default: return "HIXL_ERR_UNKNOWN";
   }
 }
 
 const char* ErrcDescription(int code) {
   switch (code) {
 #define HIXL_DESC_CASE_(c_name, cxx_name, value, desc, engine, py) \
-  case value:                                                       \
-    return desc;
+  case value: return desc;
     HIXL_ERROR_CODES(HIXL_DESC_CASE_)
 #undef HIXL_DESC_CASE_
-    default:
-      return "unknown error code";
+    default: return "unknown error code";
   }
 }
 

@@ -26,10 +26,10 @@ bool IsKnownErrc(int code);
 void SetLastError(const Status& s);
 const char* LastError();
 
-#define HIXL_RETURN_IF_ERROR(expr)          \
-  do {                                      \
-    ::hixl::Status _st = (expr);            \
-    if (!_st.ok()) return _st;              \
+#define HIXL_RETURN_IF_ERROR(expr) \
+  do {                             \
+    ::hixl::Status _st = (expr);   \
+    if (!_st.ok()) return _st;     \
   } while (0)
 
 #define HIXL_CONCAT_INNER(a, b) a##b
@@ -38,7 +38,6 @@ const char* LastError();
   auto tmp = (expr);                               \
   if (!tmp.ok()) return tmp.status();              \
   lhs = std::move(tmp).value()
-#define HIXL_ASSIGN_OR_RETURN(lhs, expr) \
-  HIXL_ASSIGN_OR_RETURN_IMPL(HIXL_CONCAT(_res_, __LINE__), lhs, expr)
+#define HIXL_ASSIGN_OR_RETURN(lhs, expr) HIXL_ASSIGN_OR_RETURN_IMPL(HIXL_CONCAT(_res_, __LINE__), lhs, expr)
 
 }  // namespace hixl

@@ -18,12 +18,12 @@ enum class TransportChoice { kAuto, kShm, kUcx };
 // the world reads them from HIXL_* variables, the engine from its options
 // (which default to the same variables).  See kSharedSwitches.
 struct SharedOptions {
-  int64_t timeout_ms = 60000;  // HIXL_TIMEOUT_MS
+  int64_t timeout_ms = 60000;                          // HIXL_TIMEOUT_MS
   TransportChoice transport = TransportChoice::kAuto;  // HIXL_TRANSPORT
-  std::string net_dev;   // HIXL_NET_DEV
-  bool shm_cma = true;   // HIXL_SHM_CMA
-  bool shm_thp = true;   // HIXL_SHM_THP: huge-page advice for large registered regions
-  int64_t notify_queue_depth = 1024;  // HIXL_NOTIFY_QUEUE_DEPTH
+  std::string net_dev;                                 // HIXL_NET_DEV
+  bool shm_cma = true;                                 // HIXL_SHM_CMA
+  bool shm_thp = true;                                 // HIXL_SHM_THP: huge-page advice for large registered regions
+  int64_t notify_queue_depth = 1024;                   // HIXL_NOTIFY_QUEUE_DEPTH
 };
 
 // Each shared switch: its name as an engine option, and its variable.

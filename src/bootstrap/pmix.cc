@@ -113,8 +113,7 @@ Result<StoreAddress> Exchange(const pmix_proc_t& me, int rank, int world_size, c
     PMIX_VALUE_DESTRUCT(&val);
     if (rc == PMIX_SUCCESS) rc = PMIx_Commit();
     if (rc != PMIX_SUCCESS) {
-      return Err(Errc::kBootstrap, "rank 0 cannot publish the store address through PMIx: {}",
-                 PMIx_Error_string(rc));
+      return Err(Errc::kBootstrap, "rank 0 cannot publish the store address through PMIx: {}", PMIx_Error_string(rc));
     }
   }
 
@@ -147,8 +146,8 @@ Result<StoreAddress> Exchange(const pmix_proc_t& me, int rank, int world_size, c
   Result<StoreAddress> got =
       v->type == PMIX_STRING && v->data.string != nullptr
           ? ParseHostPort(v->data.string)
-          : Result<StoreAddress>(Err(Errc::kBootstrap, "PMIx gave the store address as a value of type {}",
-                                     static_cast<int>(v->type)));
+          : Result<StoreAddress>(
+                Err(Errc::kBootstrap, "PMIx gave the store address as a value of type {}", static_cast<int>(v->type)));
   PMIX_VALUE_RELEASE(v);
   return got;
 }
@@ -162,8 +161,8 @@ Result<StoreAddress> PmixRendezvous(int rank, int world_size, const std::string&
   pmix_proc_t me;
   const pmix_status_t rc = PMIx_Init(&me, nullptr, 0);
   if (rc != PMIX_SUCCESS) {
-    return Err(Errc::kBootstrap, "rank {}: PMIx_Init failed ({}): the PMIx server of the launcher is unreachable",
-               rank, PMIx_Error_string(rc));
+    return Err(Errc::kBootstrap, "rank {}: PMIx_Init failed ({}): the PMIx server of the launcher is unreachable", rank,
+               PMIx_Error_string(rc));
   }
   Result<StoreAddress> r = Exchange(me, rank, world_size, bind_host_hint, net_dev, timeout_ms, host_store);
   PMIx_Finalize(nullptr, 0);

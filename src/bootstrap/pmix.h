@@ -9,8 +9,8 @@
 #include <functional>
 #include <string>
 
-#include "bootstrap/env.h"
 #include "base/status.h"
+#include "bootstrap/env.h"
 
 namespace hixl::bootstrap {
 

@@ -61,8 +61,7 @@ class TcpStoreServer {
  public:
   // Listens on host:port (port 0 picks a free port; see port()).
   // world_size is the number of ranks expected to connect.
-  static Result<std::unique_ptr<TcpStoreServer>> Start(const std::string& host, uint16_t port,
-                                                       int world_size);
+  static Result<std::unique_ptr<TcpStoreServer>> Start(const std::string& host, uint16_t port, int world_size);
   ~TcpStoreServer();  // stops the thread and closes every socket
   uint16_t port() const;
 
@@ -76,8 +75,8 @@ class TcpStoreClient final : public Store {
  public:
   // Connects (retrying until timeout_ms: the server may start later) and
   // introduces itself as `rank`.
-  static Result<std::unique_ptr<TcpStoreClient>> Connect(const std::string& host, uint16_t port,
-                                                         int rank, int64_t timeout_ms);
+  static Result<std::unique_ptr<TcpStoreClient>> Connect(const std::string& host, uint16_t port, int rank,
+                                                         int64_t timeout_ms);
   ~TcpStoreClient() override;  // closes without goodbye unless Close() was called
   Status Set(const std::string& key, const std::string& value) override;
   Result<std::string> Get(const std::string& key, int64_t timeout_ms) override;

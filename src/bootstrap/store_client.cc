@@ -72,8 +72,7 @@ Request MakeRequest(Op op, const std::string& key) {
 }  // namespace
 
 struct TcpStoreClient::Impl {
-  Impl(std::string h, uint16_t p, int r, net::Fd f)
-      : host(std::move(h)), port(p), rank(r), fd(std::move(f)) {}
+  Impl(std::string h, uint16_t p, int r, net::Fd f) : host(std::move(h)), port(p), rank(r), fd(std::move(f)) {}
 
   std::string What(Op op, const std::string& key) const {
     return HasKey(op) ? fmt::format("{} of key {}", OpName(op), Quote(key)) : OpName(op);
@@ -99,8 +98,8 @@ struct TcpStoreClient::Impl {
       return Err(Errc::kNotInitialized, "{}: the store client of rank {} is closed", What(op, key), rank);
     }
     if (!broken.empty()) {
-      return Err(Errc::kPeerFailed, "{}: the connection of rank {} to the store at {}:{} is lost ({})",
-                 What(op, key), rank, host, port, broken);
+      return Err(Errc::kPeerFailed, "{}: the connection of rank {} to the store at {}:{} is lost ({})", What(op, key),
+                 rank, host, port, broken);
     }
     if (wait_ms) {
       int64_t spent = std::chrono::duration_cast<milliseconds>(Clock::now() - start).count();
@@ -112,8 +111,8 @@ struct TcpStoreClient::Impl {
   Result<std::string> CallLocked(const Request& q, Deadline deadline) {
     const std::string payload = detail::EncodeRequest(q);
     if (payload.size() > kMaxFrame) {
-      return Err(Errc::kInvalidArg, "{}: the request of {} bytes is too large for the store",
-                 What(q.op, q.key), payload.size());
+      return Err(Errc::kInvalidArg, "{}: the request of {} bytes is too large for the store", What(q.op, q.key),
+                 payload.size());
     }
     Status sent = net::SendFrame(fd.get(), payload, deadline);
     if (!sent.ok()) return Lost(q.op, q.key, sent);
@@ -152,8 +151,7 @@ struct TcpStoreClient::Impl {
   std::string broken;  // why the connection is unusable; empty while it is fine
 };
 
-Result<std::unique_ptr<TcpStoreClient>> TcpStoreClient::Connect(const std::string& host,
-                                                                uint16_t port, int rank,
+Result<std::unique_ptr<TcpStoreClient>> TcpStoreClient::Connect(const std::string& host, uint16_t port, int rank,
                                                                 int64_t timeout_ms) {
   if (rank < 0) return Err(Errc::kInvalidRank, "cannot connect to the store as rank {}", rank);
   if (timeout_ms < 0) {
@@ -162,9 +160,8 @@ Result<std::unique_ptr<TcpStoreClient>> TcpStoreClient::Connect(const std::strin
   const Deadline deadline = After(timeout_ms);
   Result<net::Fd> fd = net::Connect(host, port, deadline);
   if (!fd.ok()) {
-    return Status(fd.status().code(),
-                  fmt::format("rank {} cannot reach the store at {}:{} within {} ms: {}", rank, host,
-                              port, timeout_ms, fd.status().message()));
+    return Status(fd.status().code(), fmt::format("rank {} cannot reach the store at {}:{} within {} ms: {}", rank,
+                                                  host, port, timeout_ms, fd.status().message()));
   }
   auto impl = std::make_unique<Impl>(host, port, rank, std::move(*fd));
   Request q = MakeRequest(Op::kHello, {});

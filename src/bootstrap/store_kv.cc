@@ -10,8 +10,7 @@
 namespace hixl::bootstrap::detail {
 
 net::Deadline After(int64_t ms) {
-  return net::Clock::now() +
-         std::chrono::milliseconds(std::clamp<int64_t>(ms, 0, kMaxTimeoutMs + kSlackMs));
+  return net::Clock::now() + std::chrono::milliseconds(std::clamp<int64_t>(ms, 0, kMaxTimeoutMs + kSlackMs));
 }
 
 std::string Quote(std::string_view s) {
@@ -43,8 +42,7 @@ std::optional<int64_t> ParseInt(std::string_view s) {
 
 Status CheckTimeout(const char* what, const std::string& key, int64_t timeout_ms) {
   if (timeout_ms < 0) {
-    return Err(Errc::kInvalidArg, "{} of key {}: timeout_ms must be >= 0, got {}", what, Quote(key),
-               timeout_ms);
+    return Err(Errc::kInvalidArg, "{} of key {}: timeout_ms must be >= 0, got {}", what, Quote(key), timeout_ms);
   }
   return Status::Ok();
 }
@@ -59,15 +57,14 @@ Result<int64_t> Kv::Add(const std::string& key, int64_t delta) {
   if (const std::string* v = Find(key)) {
     std::optional<int64_t> n = ParseInt(*v);
     if (!n) {
-      return Err(Errc::kInvalidArg, "cannot add {} to key {}: its value {} is not a decimal integer",
-                 delta, Quote(key), Quote(*v));
+      return Err(Errc::kInvalidArg, "cannot add {} to key {}: its value {} is not a decimal integer", delta, Quote(key),
+                 Quote(*v));
     }
     old = *n;
   }
   int64_t sum = 0;
   if (__builtin_add_overflow(old, delta, &sum)) {
-    return Err(Errc::kInvalidArg, "adding {} to key {} (value {}) overflows a 64-bit integer", delta,
-               Quote(key), old);
+    return Err(Errc::kInvalidArg, "adding {} to key {} (value {}) overflows a 64-bit integer", delta, Quote(key), old);
   }
   map_[key] = std::to_string(sum);
   return sum;
@@ -78,8 +75,7 @@ Result<bool> Kv::AtLeast(const std::string& key, int64_t target) const {
   if (!v) return 0 >= target;
   std::optional<int64_t> n = ParseInt(*v);
   if (!n) {
-    return Err(Errc::kInvalidArg,
-               "cannot wait for key {} to reach {}: its value {} is not a decimal integer",
+    return Err(Errc::kInvalidArg, "cannot wait for key {} to reach {}: its value {} is not a decimal integer",
                Quote(key), target, Quote(*v));
   }
   return *n >= target;

@@ -10,8 +10,8 @@
 #include <unordered_map>
 
 #include "base/socket.h"
-#include "bootstrap/store_protocol.h"
 #include "base/status.h"
+#include "bootstrap/store_protocol.h"
 
 namespace hixl::bootstrap::detail {
 

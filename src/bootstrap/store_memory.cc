@@ -39,8 +39,7 @@ Result<std::string> MemoryStore::Get(const std::string& key, int64_t timeout_ms)
   while (true) {
     if (const std::string* v = impl_->kv.Find(key)) return *v;
     if (Clock::now() >= deadline) {
-      return Err(Errc::kTimeout, "timed out after {} ms waiting for {}", timeout_ms,
-                 WaitWhat(Op::kGet, key, 0));
+      return Err(Errc::kTimeout, "timed out after {} ms waiting for {}", timeout_ms, WaitWhat(Op::kGet, key, 0));
     }
     impl_->cv.wait_until(lock, deadline);
   }

@@ -9,9 +9,7 @@
 namespace hixl::bootstrap::detail {
 namespace {
 
-Decoded Done(bool ok, const net::Reader& r) {
-  return ok && r.empty() ? Decoded::kOk : Decoded::kBadFields;
-}
+Decoded Done(bool ok, const net::Reader& r) { return ok && r.empty() ? Decoded::kOk : Decoded::kBadFields; }
 
 }  // namespace
 
@@ -29,8 +27,7 @@ const char* OpName(Op op) {
 }
 
 bool HasKey(Op op) {
-  return op == Op::kSet || op == Op::kGet || op == Op::kAdd || op == Op::kWaitAtLeast ||
-         op == Op::kDelete;
+  return op == Op::kSet || op == Op::kGet || op == Op::kAdd || op == Op::kWaitAtLeast || op == Op::kDelete;
 }
 
 std::string EncodeRequest(const Request& q) {

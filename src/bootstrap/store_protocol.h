@@ -61,12 +61,12 @@ bool HasKey(Op op);
 
 // One request.  Only the fields of its type are encoded or decoded.
 struct Request {
-  Op op = Op::kHello;  // as received: may be a type not listed above
-  std::string key;     // SET, GET, ADD, WAIT_AT_LEAST, DELETE
-  int32_t rank = 0;    // HELLO
-  std::string value;   // SET
-  int64_t delta = 0;   // ADD
-  int64_t target = 0;  // WAIT_AT_LEAST
+  Op op = Op::kHello;      // as received: may be a type not listed above
+  std::string key;         // SET, GET, ADD, WAIT_AT_LEAST, DELETE
+  int32_t rank = 0;        // HELLO
+  std::string value;       // SET
+  int64_t delta = 0;       // ADD
+  int64_t target = 0;      // WAIT_AT_LEAST
   int64_t timeout_ms = 0;  // GET, WAIT_AT_LEAST: how long the server waits
 };
 

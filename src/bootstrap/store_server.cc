@@ -35,13 +35,13 @@
 namespace hixl::bootstrap {
 
 using detail::Decoded;
+using detail::kMaxFrame;
+using detail::kMaxTimeoutMs;
 using detail::Kv;
 using detail::Op;
 using detail::OpName;
 using detail::Request;
 using detail::WaitWhat;
-using detail::kMaxFrame;
-using detail::kMaxTimeoutMs;
 using net::Clock;
 using net::Deadline;
 using std::chrono::milliseconds;
@@ -207,8 +207,7 @@ struct TcpStoreServer::Impl {
 
   void Flush(Conn& c) {
     while (!c.dead && c.out_off < c.out.size()) {
-      ssize_t k = ::send(c.fd.get(), c.out.data() + c.out_off, c.out.size() - c.out_off,
-                         MSG_NOSIGNAL | MSG_DONTWAIT);
+      ssize_t k = ::send(c.fd.get(), c.out.data() + c.out_off, c.out.size() - c.out_off, MSG_NOSIGNAL | MSG_DONTWAIT);
       if (k > 0) {
         c.out_off += static_cast<size_t>(k);
         continue;
@@ -261,14 +260,12 @@ struct TcpStoreServer::Impl {
     const Op op = q.op;
     if (d == Decoded::kBadKey) return Malformed(c, op);
     if (op != Op::kHello && c.rank < 0) {
-      Reply(c, Err(Errc::kBootstrap, "the store received {} before HELLO on a new connection",
-                   OpName(op)));
+      Reply(c, Err(Errc::kBootstrap, "the store received {} before HELLO on a new connection", OpName(op)));
       return;
     }
     if (d == Decoded::kBadFields) return Malformed(c, op);
     switch (op) {
-      case Op::kHello:
-        return Hello(c, q.rank);
+      case Op::kHello: return Hello(c, q.rank);
       case Op::kSet:
         kv.Set(q.key, std::move(q.value));
         Reply(c, Status::Ok());
@@ -290,9 +287,7 @@ struct TcpStoreServer::Impl {
         Reply(c, Status::Ok(), detail::EncodeInt(*sum));
         return Notify(q.key);
       }
-      case Op::kDelete:
-        kv.Erase(q.key);
-        return Reply(c, Status::Ok());
+      case Op::kDelete: kv.Erase(q.key); return Reply(c, Status::Ok());
       case Op::kBye:
         c.said_bye = true;  // from now on its close is a clean leave
         return Reply(c, Status::Ok());
@@ -308,14 +303,12 @@ struct TcpStoreServer::Impl {
 
   void Hello(Conn& c, int32_t rank) {
     if (c.rank >= 0) {
-      return Reply(c, Err(Errc::kBootstrap,
-                          "HELLO as rank {} on a store connection that is already rank {}", rank,
-                          c.rank));
+      return Reply(
+          c, Err(Errc::kBootstrap, "HELLO as rank {} on a store connection that is already rank {}", rank, c.rank));
     }
     if (rank < 0 || rank >= world_size) {
-      return Reply(c, Err(Errc::kInvalidRank,
-                          "rank {} is out of range for the store of a world of {} ranks", rank,
-                          world_size));
+      return Reply(
+          c, Err(Errc::kInvalidRank, "rank {} is out of range for the store of a world of {} ranks", rank, world_size));
     }
     for (auto& [id, o] : conns) {
       if (o.get() != &c && !o->dead && !o->said_bye && o->rank == rank) {
@@ -346,14 +339,14 @@ struct TcpStoreServer::Impl {
     const Failure& f = failed.front();
     std::string more;
     if (failed.size() > 1) more = fmt::format("; {} other ranks failed too", failed.size() - 1);
-    return Err(Errc::kPeerFailed, "rank {} left without finalizing ({}){} while rank {} was waiting for {}",
-               f.rank, f.why, more, c.rank, WaitWhat(p.op, p.key, p.target));
+    return Err(Errc::kPeerFailed, "rank {} left without finalizing ({}){} while rank {} was waiting for {}", f.rank,
+               f.why, more, c.rank, WaitWhat(p.op, p.key, p.target));
   }
 
   Status TimeoutStatus(const Conn& c, const Parked& p) const {
     std::string state = p.op == Op::kWaitAtLeast ? fmt::format(" ({})", kv.Describe(p.key)) : "";
-    return Err(Errc::kTimeout, "rank {} timed out after {} ms waiting for {}{}", c.rank,
-               p.timeout_ms, WaitWhat(p.op, p.key, p.target), state);
+    return Err(Errc::kTimeout, "rank {} timed out after {} ms waiting for {}{}", c.rank, p.timeout_ms,
+               WaitWhat(p.op, p.key, p.target), state);
   }
 
   void Park(Conn& c, Parked p) {
@@ -442,20 +435,17 @@ struct TcpStoreServer::Impl {
   std::optional<Deadline> accept_resume;                        // accepting paused until then
 };
 
-Result<std::unique_ptr<TcpStoreServer>> TcpStoreServer::Start(const std::string& host, uint16_t port,
-                                                              int world_size) {
+Result<std::unique_ptr<TcpStoreServer>> TcpStoreServer::Start(const std::string& host, uint16_t port, int world_size) {
   if (world_size <= 0) {
     return Err(Errc::kInvalidArg, "the store needs a world of at least 1 rank, got {}", world_size);
   }
   Result<net::Fd> lfd = net::Listen(host, port);
   if (!lfd.ok()) {
-    return Err(Errc::kBootstrap, "the store cannot listen on {}:{}: {}", host, port,
-               lfd.status().message());
+    return Err(Errc::kBootstrap, "the store cannot listen on {}:{}: {}", host, port, lfd.status().message());
   }
   int flags = ::fcntl(lfd->get(), F_GETFL);
   if (flags < 0 || ::fcntl(lfd->get(), F_SETFL, flags | O_NONBLOCK) != 0) {
-    return Err(Errc::kBootstrap, "fcntl(O_NONBLOCK) on the store's socket failed: {}",
-               std::strerror(errno));
+    return Err(Errc::kBootstrap, "fcntl(O_NONBLOCK) on the store's socket failed: {}", std::strerror(errno));
   }
   HIXL_ASSIGN_OR_RETURN(uint16_t actual_port, net::LocalPort(lfd->get()));
   net::Fd wake(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));

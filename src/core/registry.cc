@@ -54,9 +54,8 @@ Status LocalRegistry::Add(const Region& r, bool* added) {
   auto check = [&](std::map<uint64_t, Region>::const_iterator o) -> Status {
     const uint64_t ob = o->first, ol = o->second.desc.len;
     if (base < ob + ol && ob < base + len) {
-      return Err(Errc::kInvalidArg,
-                 "cannot register [{:#x}, +{}): it overlaps the registered region [{:#x}, +{}){}", base,
-                 len, ob, ol, o->second.heap ? " of the symmetric heap" : "");
+      return Err(Errc::kInvalidArg, "cannot register [{:#x}, +{}): it overlaps the registered region [{:#x}, +{}){}",
+                 base, len, ob, ol, o->second.heap ? " of the symmetric heap" : "");
     }
     return Status::Ok();
   };
@@ -170,7 +169,8 @@ void PeerTable::Invalidate(uint64_t generation, uint64_t base, uint64_t len) {
   snapshots_.push_back(std::move(s));
 }
 
-Status AddRegionEverywhere(LocalRegistry& registry, const std::vector<std::unique_ptr<transport::Transport>>& transports,
+Status AddRegionEverywhere(LocalRegistry& registry,
+                           const std::vector<std::unique_ptr<transport::Transport>>& transports,
                            LocalRegistry::Region region) {
   for (auto& t : transports) {
     auto key = t->RegisterRegion(region.desc);

@@ -109,7 +109,8 @@ class PeerTable {
 // and adds it to `registry`.  Undoes the transports' registrations when that
 // fails, or when exactly this range was registered already (then the
 // registry only counts a reference).
-Status AddRegionEverywhere(LocalRegistry& registry, const std::vector<std::unique_ptr<transport::Transport>>& transports,
+Status AddRegionEverywhere(LocalRegistry& registry,
+                           const std::vector<std::unique_ptr<transport::Transport>>& transports,
                            LocalRegistry::Region region);
 
 // Fetches a peer's region table (fetch) and installs it in `table`, turning

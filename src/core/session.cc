@@ -144,11 +144,8 @@ Result<std::string> Session::Serve(int from, uint8_t type, std::string_view payl
       if (peer) peer->table().Invalidate(m->generation, m->base, m->len);
       return std::string();
     }
-    case ControlMsg::kNotify:
-      HIXL_RETURN_IF_ERROR(delegate_->Notified(from, payload));
-      return std::string();
-    default:
-      return delegate_->Other(from, type, payload);
+    case ControlMsg::kNotify: HIXL_RETURN_IF_ERROR(delegate_->Notified(from, payload)); return std::string();
+    default: return delegate_->Other(from, type, payload);
   }
 }
 

@@ -28,11 +28,11 @@
 #include <string_view>
 #include <vector>
 
+#include "base/status.h"
 #include "bootstrap/control.h"
 #include "core/control_protocol.h"
 #include "core/node.h"
 #include "core/registry.h"
-#include "base/status.h"
 #include "transport/transport.h"
 
 namespace hixl::core {

@@ -2,9 +2,9 @@
 // and its memory.
 #include <algorithm>
 
+#include "base/log.h"
 #include "base/socket.h"
 #include "core/control_protocol.h"
-#include "base/log.h"
 #include "engine/engine_impl.h"
 
 namespace hixl {
@@ -81,7 +81,8 @@ void Engine::Impl::Teardown() {
 Result<core::Session::Subscriber> Engine::Impl::SubscriberFor(int from) {
   std::lock_guard lock(clients_mu);
   auto it = clients.find(from);
-  if (it == clients.end()) return Err(Errc::kPeerFailed, "engine {} does not know this client (id {})", local_name, from);
+  if (it == clients.end())
+    return Err(Errc::kPeerFailed, "engine {} does not know this client (id {})", local_name, from);
   return core::Session::Subscriber{"engine " + it->second.name, it->second.callback};
 }
 
@@ -98,7 +99,8 @@ Status Engine::Impl::Notified(int from, std::string_view payload) {
   if (!notifies.Push(NotifyDesc{std::move(m->name), std::move(m->msg)}, &waiting)) {
     return Err(Errc::kQueueFull,
                "the notification queue of engine {} is full ({} waiting, notify_queue_depth={}): it has not "
-               "called GetNotifies", local_name, waiting, cfg.notify_queue_depth);
+               "called GetNotifies",
+               local_name, waiting, cfg.notify_queue_depth);
   }
   return Status::Ok();
 }
@@ -118,8 +120,7 @@ Result<std::string> Engine::Impl::Other(int from, uint8_t type, std::string_view
       if (auto c = ConnById(from)) c->Break("it was finalized");
       return std::string();
     }
-    default:
-      return Err(Errc::kInvalidArg, "unknown control request {}", type);
+    default: return Err(Errc::kInvalidArg, "unknown control request {}", type);
   }
 }
 
@@ -148,7 +149,8 @@ Status Engine::Impl::Register(const MemDesc& mem, MemType type) {
   if (type == MEM_DEVICE) {
     return Err(Errc::kUnsupported, "Engine::RegisterMem: device memory is not supported yet (only MEM_HOST)");
   }
-  if (type != MEM_HOST) return Err(Errc::kInvalidArg, "Engine::RegisterMem: unknown MemType {}", static_cast<int>(type));
+  if (type != MEM_HOST)
+    return Err(Errc::kInvalidArg, "Engine::RegisterMem: unknown MemType {}", static_cast<int>(type));
   if (mem.addr == 0) return Err(Errc::kInvalidArg, "Engine::RegisterMem: addr is 0");
   if (mem.len == 0) return Err(Errc::kInvalidArg, "Engine::RegisterMem: len is 0");
   if (mem.addr + mem.len < mem.addr) {
@@ -166,8 +168,8 @@ Status Engine::Impl::Deregister(MemHandle handle) {
   // Every engine holding our table forgets the region before this returns.
   Status s = session->RemoveRegion(reinterpret_cast<uint64_t>(handle), false);
   if (!s.ok()) {
-    return Err(Errc::kInvalidArg, "Engine::DeregisterMem: handle {} is not a registration of this engine ({})",
-               handle, s.message());
+    return Err(Errc::kInvalidArg, "Engine::DeregisterMem: handle {} is not a registration of this engine ({})", handle,
+               s.message());
   }
   return s;
 }
@@ -177,8 +179,10 @@ Status Engine::Impl::Deregister(MemHandle handle) {
 Status Engine::Impl::Connect(const std::string& remote, int32_t timeout_ms) {
   HIXL_ASSIGN_OR_RETURN(engine::HostPort hp, engine::ParseEngine("Engine::Connect", remote));
   if (hp.port == 0) {
-    return Err(Errc::kInvalidArg, "Engine::Connect: '{}' has no port; an engine is reached at the ip:port it "
-               "listens on", remote);
+    return Err(Errc::kInvalidArg,
+               "Engine::Connect: '{}' has no port; an engine is reached at the ip:port it "
+               "listens on",
+               remote);
   }
   if (timeout_ms <= 0) return Err(Errc::kInvalidArg, "Engine::Connect: timeout_ms {} must be > 0", timeout_ms);
   int id = 0;
@@ -186,7 +190,7 @@ Status Engine::Impl::Connect(const std::string& remote, int32_t timeout_ms) {
     std::lock_guard lock(conns_mu);
     if (auto it = conns.find(remote); it != conns.end()) {
       return Status(Errc::kAlreadyConnected, fmt::format("Engine::Connect: already connected to {}{}", remote,
-                                                            it->second ? "" : " (a connection is being made)"));
+                                                         it->second ? "" : " (a connection is being made)"));
     }
     conns.emplace(remote, nullptr);  // reserved while we connect
     id = next_conn_id++;
@@ -234,7 +238,8 @@ Status Engine::Impl::Dial(const std::string& remote, const engine::HostPort& hp,
     for (auto& a : r->addresses) theirs += (theirs.empty() ? "" : ", ") + a.kind;
     return Err(Errc::kUnsupported,
                "Engine::Connect: {} cannot be reached with the transports in use here ({}; it offers {}): it is on "
-               "another host{}", who, session->TransportNames(), theirs,
+               "another host{}",
+               who, session->TransportNames(), theirs,
                !session->ReachesOtherHosts() && cfg.transport == bootstrap::TransportChoice::kShm
                    ? " and transport=shm allows only same-host engines"
                    : "");
@@ -268,7 +273,8 @@ Status Engine::Impl::Disconnect(const std::string& remote, int32_t timeout_ms) {
     conns.erase(it);
     conns_by_id.erase(c->id);
   }
-  if (!c->broken) (void)c->peer->Call(ControlMsg::kBye, {}, timeout_ms);  // it may have gone; we are disconnected anyway
+  if (!c->broken)
+    (void)c->peer->Call(ControlMsg::kBye, {}, timeout_ms);  // it may have gone; we are disconnected anyway
   return Status::Ok();
 }
 

@@ -35,12 +35,10 @@ EngineStatus Done() {
 const char* EngineStatusName(EngineStatus status) {
   switch (status) {
 #define HIXL_ENGINE_NAME_CASE_(name, value, desc, py) \
-  case value:                                         \
-    return #name;
+  case value: return #name;
     HIXL_ENGINE_STATUSES(HIXL_ENGINE_NAME_CASE_)
 #undef HIXL_ENGINE_NAME_CASE_
-    default:
-      return "UNKNOWN";
+    default: return "UNKNOWN";
   }
 }
 
@@ -53,12 +51,11 @@ Engine::~Engine() { Finalize(); }
 const char* Engine::LastError() { return t_last_error.c_str(); }
 int Engine::LastErrorCode() { return t_last_code; }
 
-#define HIXL_ENGINE_LIVE(api)                                                                          \
-  std::shared_lock life(impl_->life_mu);                                                             \
-  if (impl_->state != Impl::State::kLive) {                                                          \
-    return Fail(Err(Errc::kNotInitialized, "{} called {}", api,                                       \
-                    impl_->state == Impl::State::kNew ? "before Engine::Initialize"                  \
-                                                      : "after Engine::Finalize"));                  \
+#define HIXL_ENGINE_LIVE(api)                                                                                     \
+  std::shared_lock life(impl_->life_mu);                                                                          \
+  if (impl_->state != Impl::State::kLive) {                                                                       \
+    return Fail(Err(Errc::kNotInitialized, "{} called {}", api,                                                   \
+                    impl_->state == Impl::State::kNew ? "before Engine::Initialize" : "after Engine::Finalize")); \
   }
 
 EngineStatus Engine::Initialize(const std::string& local_engine, const std::map<std::string, std::string>& options) {
@@ -67,10 +64,10 @@ EngineStatus Engine::Initialize(const std::string& local_engine, const std::map<
   const std::shared_ptr<Impl> held = impl_;
   std::unique_lock life(held->life_mu);
   if (impl_->state != Impl::State::kNew) {
-    return Fail(Status(Errc::kAlreadyInitialized,
-                       impl_->state == Impl::State::kLive ? "Engine::Initialize called twice"
-                                                          : "Engine::Initialize called after Engine::Finalize; use a "
-                                                            "new Engine"));
+    return Fail(Status(Errc::kAlreadyInitialized, impl_->state == Impl::State::kLive
+                                                      ? "Engine::Initialize called twice"
+                                                      : "Engine::Initialize called after Engine::Finalize; use a "
+                                                        "new Engine"));
   }
   Status s = impl_->Start(local_engine, options);
   if (!s.ok()) {

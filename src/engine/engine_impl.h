@@ -39,11 +39,11 @@
 #include <unordered_map>
 #include <vector>
 
+#include "base/status.h"
 #include "bootstrap/control.h"
 #include "bootstrap/env.h"
 #include "core/notify_queue.h"
 #include "core/session.h"
-#include "base/status.h"
 
 namespace hixl {
 
@@ -109,7 +109,7 @@ struct Engine::Impl final : private core::Session::Delegate {
     int64_t timeout_ms = 0;
     std::atomic<bool> abandoned{false};  // the caller saw TIMEOUT: stop early
     std::atomic<int> state{static_cast<int>(TransferStatus::WAITING)};
-    std::string message;  // why it failed; written before state
+    std::string message;    // why it failed; written before state
     Errc code = Errc::kOk;  // why it failed, as a code; written before state
   };
 

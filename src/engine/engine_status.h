@@ -12,8 +12,7 @@ namespace hixl::engine {
 constexpr EngineStatus StatusFor(Errc code) {
   switch (code) {
 #define HIXL_ENGINE_STATUS_CASE_(c_name, cxx_name, value, desc, engine_status, py) \
-  case Errc::cxx_name:                                                              \
-    return ::hixl::engine_status;
+  case Errc::cxx_name: return ::hixl::engine_status;
     HIXL_ERROR_CODES(HIXL_ENGINE_STATUS_CASE_)
 #undef HIXL_ENGINE_STATUS_CASE_
   }

@@ -12,7 +12,9 @@ namespace hixl::engine {
 Result<HostPort> ParseEngine(const char* what, const std::string& s) {
   HostPort hp;
   std::string port;
-  if (s.empty()) return Err(Errc::kInvalidArg, "{}: the engine address is empty (expected ip, ip:port, [ipv6] or [ipv6]:port)", what);
+  if (s.empty())
+    return Err(Errc::kInvalidArg, "{}: the engine address is empty (expected ip, ip:port, [ipv6] or [ipv6]:port)",
+               what);
   if (s.front() == '[') {
     auto close = s.find(']');
     if (close == std::string::npos || close == 1) {
@@ -57,7 +59,8 @@ Result<bootstrap::SharedOptions> ParseOptions(const std::map<std::string, std::s
     if (!known) {
       return Err(Errc::kInvalidArg,
                  "Engine::Initialize: unknown option '{}' (known: timeout_ms, transport, net_dev, shm_cma, shm_thp, "
-                 "notify_queue_depth)", k);
+                 "notify_queue_depth)",
+                 k);
     }
   }
   bootstrap::SharedOptions c;

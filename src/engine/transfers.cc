@@ -11,7 +11,7 @@ namespace hixl {
 // Checks the whole batch, then moves it; bounded by deadline.  `stop`
 // (may be null) ends it early.
 Status Engine::Impl::Run(const char* api, Conn& c, TransferOp op, const std::vector<TransferOpDesc>& descs,
-           Clock::time_point deadline, int64_t timeout_ms, const std::atomic<bool>* stop) {
+                         Clock::time_point deadline, int64_t timeout_ms, const std::atomic<bool>* stop) {
   if (op != READ && op != WRITE) return Err(Errc::kInvalidArg, "{}: unknown TransferOp {}", api, static_cast<int>(op));
   std::vector<const PeerTable::Entry*> keys(descs.size());
   bool refreshed = false;
@@ -23,7 +23,8 @@ Status Engine::Impl::Run(const char* api, Conn& c, TransferOp op, const std::vec
                  d.local_addr == 0 ? "local" : "remote");
     }
     if (d.local_addr + d.len < d.local_addr || d.remote_addr + d.len < d.remote_addr) {
-      return Err(Errc::kInvalidArg, "{}: block {} of {}: a range of {} bytes wraps around", api, i, descs.size(), d.len);
+      return Err(Errc::kInvalidArg, "{}: block {} of {}: a range of {} bytes wraps around", api, i, descs.size(),
+                 d.len);
     }
     const PeerTable::Entry* e = c.peer->table().Find(d.remote_addr, d.len);
     if (!e && !refreshed) {
@@ -36,8 +37,8 @@ Status Engine::Impl::Run(const char* api, Conn& c, TransferOp op, const std::vec
       return Err(Errc::kNotRegistered,
                  "{}: Remote memory not registered: engine {} has no registered region holding {} bytes at {:#x} "
                  "(block {} of {}; the range [{:#x}, {:#x}) must lie inside one region it registered); nothing "
-                 "was transferred", api, c.name, d.len, d.remote_addr, i, descs.size(), d.remote_addr,
-                 d.remote_addr + d.len);
+                 "was transferred",
+                 api, c.name, d.len, d.remote_addr, i, descs.size(), d.remote_addr, d.remote_addr + d.len);
     }
     keys[i] = e;
   }
@@ -78,16 +79,17 @@ Status Engine::Impl::Note(Conn& c, Status s) {
 }
 
 Status Engine::Impl::TransferSync(const std::string& remote, TransferOp op, const std::vector<TransferOpDesc>& descs,
-                    int32_t timeout_ms) {
+                                  int32_t timeout_ms) {
   if (timeout_ms <= 0) return Err(Errc::kInvalidArg, "Engine::TransferSync: timeout_ms {} must be > 0", timeout_ms);
   HIXL_ASSIGN_OR_RETURN(auto c, Find("Engine::TransferSync", remote));
   const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
   return Note(*c, Run("Engine::TransferSync", *c, op, descs, deadline, timeout_ms, nullptr));
 }
 
-Result<uint64_t> Engine::Impl::TransferAsync(const std::string& remote, TransferOp op, const std::vector<TransferOpDesc>& descs,
-                               const TransferArgs& args) {
-  if (args.timeout_ms < 0) return Err(Errc::kInvalidArg, "Engine::TransferAsync: timeout_ms {} is negative", args.timeout_ms);
+Result<uint64_t> Engine::Impl::TransferAsync(const std::string& remote, TransferOp op,
+                                             const std::vector<TransferOpDesc>& descs, const TransferArgs& args) {
+  if (args.timeout_ms < 0)
+    return Err(Errc::kInvalidArg, "Engine::TransferAsync: timeout_ms {} is negative", args.timeout_ms);
   if (op != READ && op != WRITE) {
     return Err(Errc::kInvalidArg, "Engine::TransferAsync: unknown TransferOp {}", static_cast<int>(op));
   }
@@ -138,8 +140,10 @@ Status Engine::Impl::GetStatus(TransferReq req, TransferStatus* out) {
   std::lock_guard lock(req_mu);
   auto it = requests.find(id);
   if (it == requests.end()) {
-    return Err(Errc::kInvalidArg, "Engine::GetTransferStatus: unknown request {} (never made, or its final status "
-               "was reported already)", req);
+    return Err(Errc::kInvalidArg,
+               "Engine::GetTransferStatus: unknown request {} (never made, or its final status "
+               "was reported already)",
+               req);
   }
   Request& r = *it->second;
   auto st = static_cast<TransferStatus>(r.state.load(std::memory_order_acquire));
@@ -166,7 +170,7 @@ Status Engine::Impl::GetStatus(TransferReq req, TransferStatus* out) {
 Status Engine::Impl::SendNotify(const std::string& remote, const NotifyDesc& n, int32_t timeout_ms) {
   if (timeout_ms <= 0) return Err(Errc::kInvalidArg, "Engine::SendNotify: timeout_ms {} must be > 0", timeout_ms);
   if (n.name.size() + n.notify_msg.size() > engine::kMaxNotifyBytes) {
-    return Err(Errc::kInvalidArg, "Engine::SendNotify: name and message are {} bytes; at most {} fit", 
+    return Err(Errc::kInvalidArg, "Engine::SendNotify: name and message are {} bytes; at most {} fit",
                n.name.size() + n.notify_msg.size(), engine::kMaxNotifyBytes);
   }
   HIXL_ASSIGN_OR_RETURN(auto c, Find("Engine::SendNotify", remote));
@@ -185,8 +189,7 @@ Status Engine::Impl::TakeNotifies(std::vector<NotifyDesc>* out, bool wait, int32
       return Err(Errc::kTimeout, "Engine::WaitNotifies: no notification came within {} ms", timeout_ms);
     case core::NotifyQueue<NotifyDesc>::Taken::kClosed:
       return Err(Errc::kNotInitialized, "Engine::WaitNotifies: the engine was finalized");
-    case core::NotifyQueue<NotifyDesc>::Taken::kTaken:
-      break;
+    case core::NotifyQueue<NotifyDesc>::Taken::kTaken: break;
   }
   *out = std::move(got);
   return Status::Ok();

@@ -13,12 +13,9 @@ namespace hixl::transport {
 uint64_t ApplyAtomic(uint64_t* word, AtomicOp op, uint64_t operand, uint64_t compare) {
   std::atomic_ref<uint64_t> w(*word);
   switch (op) {
-    case AtomicOp::kFetch:
-      return w.load();
-    case AtomicOp::kSet:
-      return w.exchange(operand);
-    case AtomicOp::kAdd:
-      return w.fetch_add(operand);
+    case AtomicOp::kFetch: return w.load();
+    case AtomicOp::kSet: return w.exchange(operand);
+    case AtomicOp::kAdd: return w.fetch_add(operand);
     case AtomicOp::kCompareSwap:
       w.compare_exchange_strong(compare, operand);
       return compare;  // the value seen, whether or not it was swapped

@@ -10,7 +10,6 @@
 
 namespace hixl::transport {
 
-
 Result<std::vector<std::unique_ptr<Transport>>> CreateTransports(Host* host, const Options& options) {
   std::vector<std::unique_ptr<Transport>> out;
   auto wanted = [&](std::string_view name) { return options.only.empty() || options.only == name; };

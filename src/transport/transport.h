@@ -78,10 +78,10 @@ class Host {
 };
 
 struct Options {
-  bool shm_cma = true;     // HIXL_SHM_CMA
-  bool shm_thp = true;     // HIXL_SHM_THP: advise huge pages for large registered regions
-  std::string net_dev;     // HIXL_NET_DEV
-  std::string only;        // HIXL_TRANSPORT / the engine's "transport": the one transport to use ("" = all)
+  bool shm_cma = true;  // HIXL_SHM_CMA
+  bool shm_thp = true;  // HIXL_SHM_THP: advise huge pages for large registered regions
+  std::string net_dev;  // HIXL_NET_DEV
+  std::string only;     // HIXL_TRANSPORT / the engine's "transport": the one transport to use ("" = all)
 };
 
 class Transport {
@@ -141,8 +141,8 @@ class Transport {
   // lie in the key's region).  Ordered after every put this process issued
   // to the peer before it; complete when it returns; *old receives the
   // value before the operation.  Transports without atomics say so.
-  virtual Status Atomic(int peer, const RemoteKey& key, AtomicOp op, uint64_t addr, uint64_t operand,
-                        uint64_t compare, uint64_t* old) {
+  virtual Status Atomic(int peer, const RemoteKey& key, AtomicOp op, uint64_t addr, uint64_t operand, uint64_t compare,
+                        uint64_t* old) {
     (void)key, (void)op, (void)addr, (void)operand, (void)compare, (void)old;
     return Err(Errc::kUnsupported, "the {} transport has no remote atomics (rank {})", name(), peer);
   }

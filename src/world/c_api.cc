@@ -39,9 +39,8 @@ int Guard(F&& f) noexcept {
   }
 }
 
-
-#define WORLD_OR_FAIL(w, api)                         \
-  hixl::core::WorldImpl* w = hixl::core::Current();   \
+#define WORLD_OR_FAIL(w, api)                       \
+  hixl::core::WorldImpl* w = hixl::core::Current(); \
   if (!w) return hixl::core::NotInitialized(api)
 
 }  // namespace
@@ -180,8 +179,8 @@ int hixl_atomic_swap(int rank, uint64_t addr, uint64_t value, uint64_t* old) {
   return AtomicCall("hixl_atomic_swap", rank, addr, hixl::transport::AtomicOp::kSet, value, 0, old);
 }
 int hixl_atomic_compare_swap(int rank, uint64_t addr, uint64_t expected, uint64_t desired, uint64_t* old) {
-  return AtomicCall("hixl_atomic_compare_swap", rank, addr, hixl::transport::AtomicOp::kCompareSwap, desired,
-                    expected, old);
+  return AtomicCall("hixl_atomic_compare_swap", rank, addr, hixl::transport::AtomicOp::kCompareSwap, desired, expected,
+                    old);
 }
 
 int hixl_notify(int dst_rank, const void* bytes, size_t len) {
@@ -226,12 +225,10 @@ const char* hixl_strerror(int err) {
   // "NAME: description", from the one table (hixl_errors.h).
   switch (err) {
 #define HIXL_STRERROR_CASE_(c_name, cxx_name, value, desc, engine, py) \
-  case value:                                                           \
-    return #c_name ": " desc;
+  case value: return #c_name ": " desc;
     HIXL_ERROR_CODES(HIXL_STRERROR_CASE_)
 #undef HIXL_STRERROR_CASE_
-    default:
-      return "HIXL_ERR_UNKNOWN: unknown error code";
+    default: return "HIXL_ERR_UNKNOWN: unknown error code";
   }
 }
 

@@ -8,8 +8,8 @@ namespace hixl {
 
 namespace {
 // The world, or the kNotInitialized status naming `api`.
-#define HIXL_WORLD_OR_RETURN(w, api)                  \
-  core::WorldImpl* w = core::Current();               \
+#define HIXL_WORLD_OR_RETURN(w, api)    \
+  core::WorldImpl* w = core::Current(); \
   if (!w) return core::NotInitialized(api)
 }  // namespace
 

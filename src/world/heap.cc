@@ -12,7 +12,7 @@ namespace hixl {
 namespace {
 constexpr uint64_t kAlign = 64;
 constexpr uint64_t kPage = 4096;
-constexpr uint64_t kMinSegment = uint64_t{64} << 20;  // 64 MiB
+constexpr uint64_t kMinSegment = uint64_t{64} << 20;   // 64 MiB
 constexpr uint64_t kSegmentAlign = uint64_t{2} << 20;  // 2 MiB
 
 uint64_t RoundUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
@@ -25,11 +25,10 @@ std::vector<uint64_t> SymmetricHeap::CandidateBases() {
 
 Result<std::unique_ptr<SymmetricHeap>> SymmetricHeap::Reserve(uint64_t base, uint64_t bytes) {
   void* want = reinterpret_cast<void*>(base);
-  void* p = ::mmap(want, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE,
-                   -1, 0);
+  void* p = ::mmap(want, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
   if (p == MAP_FAILED) {
-    return Err(Errc::kNoMemory, "cannot reserve {} bytes of addresses at {:#x} for the symmetric heap: {}",
-               bytes, base, std::strerror(errno));
+    return Err(Errc::kNoMemory, "cannot reserve {} bytes of addresses at {:#x} for the symmetric heap: {}", bytes, base,
+               std::strerror(errno));
   }
   if (p != want) {  // kernels before 4.17 ignore MAP_FIXED_NOREPLACE
     ::munmap(p, bytes);

@@ -23,8 +23,8 @@ class SymmetricHeap {
  public:
   struct Block {
     void* ptr = nullptr;
-    size_t size = 0;        // as rounded by the allocator
-    int fd = -1;            // the segment's memfd (owned by the heap)
+    size_t size = 0;  // as rounded by the allocator
+    int fd = -1;      // the segment's memfd (owned by the heap)
     uint32_t segment_id = 0;
     uint64_t segment_offset = 0;
     uint64_t segment_size = 0;
@@ -59,7 +59,7 @@ class SymmetricHeap {
   const uint64_t bytes_;
   std::mutex mu_;
   std::vector<Segment> segments_;
-  uint64_t used_ = 0;                                      // bytes of addresses used by segments
+  uint64_t used_ = 0;                                       // bytes of addresses used by segments
   std::map<uint64_t, std::pair<uint32_t, uint64_t>> live_;  // address -> (segment, size)
 };
 

@@ -1,22 +1,22 @@
 #include "world/world.h"
 
-#include <sys/socket.h>
 #include <arpa/inet.h>
-#include <netinet/in.h>
 #include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <cstring>
 
-#include "bootstrap/pmix.h"
-#include "base/socket.h"
 #include "base/log.h"
+#include "base/socket.h"
+#include "bootstrap/pmix.h"
 
 namespace hixl::core {
 
 namespace {
 
-std::mutex g_mu;                          // init / finalize
+std::mutex g_mu;                           // init / finalize
 std::atomic<WorldImpl*> g_world{nullptr};  // deliberately leaked at exit without finalize
 bool g_finalized = false;
 
@@ -26,8 +26,7 @@ WorldImpl* Current() { return g_world.load(std::memory_order_acquire); }
 
 Status NotInitialized(const char* api) {
   std::lock_guard lock(g_mu);
-  return Err(Errc::kNotInitialized, "{} called {}", api,
-             g_finalized ? "after hixl_finalize" : "before hixl_init");
+  return Err(Errc::kNotInitialized, "{} called {}", api, g_finalized ? "after hixl_finalize" : "before hixl_init");
 }
 
 Status InitCurrent() {
@@ -97,8 +96,8 @@ Status WorldImpl::Start() {
         server = bootstrap::TcpStoreServer::Start("0.0.0.0", cfg_.master_port, n);
       }
       if (!server.ok()) {
-        return Err(Errc::kBootstrap, "rank 0 cannot host the store on {}:{}: {}", cfg_.master_addr,
-                   cfg_.master_port, server.status().message());
+        return Err(Errc::kBootstrap, "rank 0 cannot host the store on {}:{}: {}", cfg_.master_addr, cfg_.master_port,
+                   server.status().message());
       }
       store_server_ = std::move(server.value());
     }
@@ -188,9 +187,8 @@ Status WorldImpl::ConnectPeers() {
     const bool self = r == rank();
     if (!self) HIXL_RETURN_IF_ERROR(c.transport->Connect(r, c.address));
     auto control = self ? nullptr : std::make_shared<bootstrap::ControlClient>(rank(), r, rec->host, rec->port);
-    peers_[static_cast<size_t>(r)] = std::make_shared<PeerSession>(r, fmt::format("rank {}", r), c.transport,
-                                                                   std::move(control),
-                                                                   self ? &session_->registry() : nullptr);
+    peers_[static_cast<size_t>(r)] = std::make_shared<PeerSession>(
+        r, fmt::format("rank {}", r), c.transport, std::move(control), self ? &session_->registry() : nullptr);
     if (self) session_->set_self_peer(peers_[static_cast<size_t>(r)]);
   }
   return Barrier();
@@ -218,7 +216,8 @@ Result<void*> WorldImpl::Alloc(size_t size) {
 
 Status WorldImpl::Free(void* ptr) {
   if (!ptr) return Status::Ok();
-  if (!heap_->Contains(ptr)) return Err(Errc::kInvalidArg, "hixl_free: {} is not symmetric memory from hixl_alloc", ptr);
+  if (!heap_->Contains(ptr))
+    return Err(Errc::kInvalidArg, "hixl_free: {} is not symmetric memory from hixl_alloc", ptr);
   Status s = session_->RemoveRegion(reinterpret_cast<uint64_t>(ptr), true);
   if (!s.ok()) return Err(s.code(), "hixl_free: {}", s.message());
   auto freed = heap_->Free(ptr);
@@ -341,8 +340,10 @@ Status WorldImpl::Allgather(const void* send, void* recv, size_t bytes_per_rank)
   if (bytes_per_rank == 0) return Status::Ok();
   if (!send || !recv) return Err(Errc::kInvalidArg, "hixl_allgather: {} is NULL", send ? "recv" : "send");
   if (bytes_per_rank > (size_t{64} << 20)) {
-    return Err(Errc::kInvalidArg, "hixl_allgather: {} bytes per rank is too large (at most 64 MiB; it is meant for "
-               "small data such as addresses)", bytes_per_rank);
+    return Err(Errc::kInvalidArg,
+               "hixl_allgather: {} bytes per rank is too large (at most 64 MiB; it is meant for "
+               "small data such as addresses)",
+               bytes_per_rank);
   }
   const uint64_t epoch = allgather_epoch_.fetch_add(1);
   const std::string mine(static_cast<const char*>(send), bytes_per_rank);

@@ -12,14 +12,14 @@
 #include <string>
 #include <vector>
 
+#include "base/status.h"
 #include "bootstrap/env.h"
 #include "bootstrap/store.h"
-#include "world/heap.h"
 #include "core/notify_queue.h"
 #include "core/registry.h"
 #include "core/session.h"
-#include "base/status.h"
 #include "transport/transport.h"
+#include "world/heap.h"
 
 namespace hixl::core {
 
@@ -45,11 +45,11 @@ class WorldImpl final : private Session::Delegate {
   Status Allgather(const void* send, void* recv, size_t bytes_per_rank);
 
   // Signals, atomics, notifications (world_signal.cc).
-  Status PutSignal(int dst_rank, const void* src, uint64_t dst_addr, size_t size, uint64_t sig_addr,
-                   uint64_t value, int op);
+  Status PutSignal(int dst_rank, const void* src, uint64_t dst_addr, size_t size, uint64_t sig_addr, uint64_t value,
+                   int op);
   Status WaitUntil(const uint64_t* sig, int cmp, uint64_t value, int64_t timeout_ms) const;
-  Status Atomic(const char* api, int rank, uint64_t addr, transport::AtomicOp op, uint64_t operand,
-                uint64_t compare, uint64_t* old);
+  Status Atomic(const char* api, int rank, uint64_t addr, transport::AtomicOp op, uint64_t operand, uint64_t compare,
+                uint64_t* old);
   Status Notify(int dst_rank, const void* bytes, size_t len);
   // Takes up to max queued notifications (or waits up to timeout_ms for one
   // when wait is set and the queue is empty).

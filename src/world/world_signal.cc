@@ -65,8 +65,8 @@ Status WorldImpl::WaitUntil(const uint64_t* sig, int cmp, uint64_t value, int64_
     const auto now = std::chrono::steady_clock::now();
     if (now >= deadline) {
       return Err(Errc::kTimeout, "hixl_wait_until: the word at {} is {} and did not become {} {} within {} ms",
-                 static_cast<const void*>(sig), v, std::array{"==", "!=", ">", ">=", "<", "<="}[static_cast<size_t>(cmp)],
-                 value, limit);
+                 static_cast<const void*>(sig), v,
+                 std::array{"==", "!=", ">", ">=", "<", "<="}[static_cast<size_t>(cmp)], value, limit);
     }
     auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - now).count();
     timespec ts{0, static_cast<long>(std::min<int64_t>(left, 10'000'000))};
@@ -117,7 +117,8 @@ Status WorldImpl::EnqueueNotification(int from, std::string data) {
   if (!notifications_.Push(Notification{from, std::move(data)}, &waiting)) {
     return Err(Errc::kQueueFull,
                "rank {}'s notification queue is full ({} messages, HIXL_NOTIFY_QUEUE_DEPTH): it has not taken "
-               "them yet; retry later", rank(), waiting);
+               "them yet; retry later",
+               rank(), waiting);
   }
   return Status::Ok();
 }

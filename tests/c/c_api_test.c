@@ -10,15 +10,14 @@
 
 static int passed, failed;
 
-#define CHECK(cond)                                                                 \
-  do {                                                                              \
-    if (cond) {                                                                     \
-      ++passed;                                                                     \
-    } else {                                                                        \
-      ++failed;                                                                     \
-      fprintf(stderr, "%s:%d: CHECK(%s) failed; last error: %s\n", __FILE__, __LINE__, \
-              #cond, hixl_last_error());                                            \
-    }                                                                               \
+#define CHECK(cond)                                                                                               \
+  do {                                                                                                            \
+    if (cond) {                                                                                                   \
+      ++passed;                                                                                                   \
+    } else {                                                                                                      \
+      ++failed;                                                                                                   \
+      fprintf(stderr, "%s:%d: CHECK(%s) failed; last error: %s\n", __FILE__, __LINE__, #cond, hixl_last_error()); \
+    }                                                                                                             \
   } while (0)
 
 int main(void) {

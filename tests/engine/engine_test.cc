@@ -7,8 +7,8 @@
 //
 // Every wait is bounded (kReplyMs per reply), every child is killed and
 // reaped by the fixture, and no test sleeps to synchronise.
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -17,8 +17,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <hixl/engine.hpp>
 #include <hixl/hixl.h>
+#include <hixl/engine.hpp>
 
 #include <atomic>
 #include <chrono>
@@ -282,7 +282,8 @@ class EngineTest : public ::testing::TestWithParam<std::string> {
         p.pending.erase(0, nl + 1);
         return line;
       }
-      int left = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
+      int left =
+          static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
       if (left <= 0) return "NO REPLY within the bound";
       pollfd pfd{p.out, POLLIN, 0};
       if (::poll(&pfd, 1, left) <= 0) continue;
@@ -321,8 +322,10 @@ class EngineTest : public ::testing::TestWithParam<std::string> {
     auto opts = Opts(std::move(extra));
     for (int attempt = 0; attempt < 6; ++attempt) {
       client_name_ = listen ? "127.0.0.1:" + std::to_string(FreePort()) : "127.0.0.1";
-      if (auto s = e.Initialize(client_name_, opts); s == hixl::SUCCESS) return;
-      else if (attempt == 5) FAIL() << Status(s);
+      if (auto s = e.Initialize(client_name_, opts); s == hixl::SUCCESS)
+        return;
+      else if (attempt == 5)
+        FAIL() << Status(s);
     }
   }
 
@@ -365,8 +368,9 @@ TEST_P(EngineTest, WriteAndReadBatchesOfOneToTenThousandBlocks) {
     ASSERT_EQ(e.TransferSync(p.engine, hixl::WRITE, wr, 30000), hixl::SUCCESS) << hixl::Engine::LastError();
     ASSERT_EQ(e.TransferSync(p.engine, hixl::READ, rd, 30000), hixl::SUCCESS) << hixl::Engine::LastError();
     for (size_t i = 0; i < count; ++i) {
-      ASSERT_EQ(std::memcmp(back.p + (rd[i].local_addr - back.addr()), src.p + (wr[i].local_addr - src.addr()),
-                            wr[i].len), 0) << "block " << i;
+      ASSERT_EQ(
+          std::memcmp(back.p + (rd[i].local_addr - back.addr()), src.p + (wr[i].local_addr - src.addr()), wr[i].len), 0)
+          << "block " << i;
       // and it is in the peer's memory, as the peer itself sees it
       if (i % 997 == 0) {
         EXPECT_EQ(RemoteSum(p, wr[i].remote_addr, wr[i].len), Fnv(src.p + (wr[i].local_addr - src.addr()), wr[i].len));
@@ -414,7 +418,8 @@ TEST_P(EngineTest, ConnectDisconnectReconnectAndTheirErrors) {
   Buf b(4096);
   Fill(b.p, 4096, 5);
   EXPECT_EQ(e.TransferSync(p.engine, hixl::WRITE, {{b.addr(), p.buf, 64}}, 1000), hixl::NOT_CONNECTED);
-  EXPECT_NE(std::string(hixl::Engine::LastError()).find("not connected"), std::string::npos) << hixl::Engine::LastError();
+  EXPECT_NE(std::string(hixl::Engine::LastError()).find("not connected"), std::string::npos)
+      << hixl::Engine::LastError();
   ASSERT_EQ(e.Connect(p.engine, 10000), hixl::SUCCESS) << hixl::Engine::LastError();
   EXPECT_EQ(e.Connect(p.engine, 10000), hixl::ALREADY_CONNECTED);
   EXPECT_NE(std::string(hixl::Engine::LastError()).find("already connected"), std::string::npos);
@@ -544,8 +549,7 @@ TEST_P(EngineTest, NotificationsArriveAfterTheData) {
         ASSERT_EQ(e.TransferSync(p.engine, hixl::WRITE, {{b.addr() + off, p.buf + off, len}}, 30000), hixl::SUCCESS);
       } else {
         hixl::TransferReq req = nullptr;
-        ASSERT_EQ(e.TransferAsync(p.engine, hixl::WRITE, {{b.addr() + off, p.buf + off, len}}, {}, req),
-                  hixl::SUCCESS);
+        ASSERT_EQ(e.TransferAsync(p.engine, hixl::WRITE, {{b.addr() + off, p.buf + off, len}}, {}, req), hixl::SUCCESS);
         hixl::TransferStatus st = hixl::TransferStatus::WAITING;
         while (st == hixl::TransferStatus::WAITING) {
           ASSERT_EQ(e.GetTransferStatus(req, st), hixl::SUCCESS) << hixl::Engine::LastError();
@@ -555,7 +559,8 @@ TEST_P(EngineTest, NotificationsArriveAfterTheData) {
       }
       const std::string name = "round" + std::to_string(i);
       ASSERT_EQ(e.SendNotify(p.engine, {name, std::to_string(p.buf + off) + " " + std::to_string(len)}, 10000),
-                hixl::SUCCESS) << hixl::Engine::LastError();
+                hixl::SUCCESS)
+          << hixl::Engine::LastError();
       expect += " " + name + "=" + std::to_string(Fnv(b.p + off, len));
     }
     EXPECT_EQ(Line(p), expect);
@@ -732,7 +737,7 @@ TEST(EngineLifecycle, CallsBeforeInitializeAfterFinalizeAndBadOptions) {
   EXPECT_EQ(e.Initialize("[::1", {}), hixl::PARAM_INVALID);
   EXPECT_EQ(e.Initialize("", {}), hixl::PARAM_INVALID);
   ASSERT_EQ(e.Initialize("127.0.0.1", {}), hixl::SUCCESS) << hixl::Engine::LastError();  // after failed tries
-  EXPECT_EQ(e.Initialize("127.0.0.1", {}), hixl::FAILED);  // twice
+  EXPECT_EQ(e.Initialize("127.0.0.1", {}), hixl::FAILED);                                // twice
   EXPECT_EQ(hixl::Engine::LastErrorCode(), HIXL_ERR_ALREADY_INITIALIZED);
   ASSERT_EQ(e.RegisterMem({b.addr(), 64}, hixl::MEM_HOST, h), hixl::SUCCESS);
   e.Finalize();

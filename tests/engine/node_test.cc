@@ -7,9 +7,9 @@
 // ("hixl-control", "hixl-shm", "hixl-ucx"), so the test counts them in
 // /proc/self/task.  The peer in another process is this binary started with
 // --peer; every wait on it is bounded.
-#include <gtest/gtest.h>
 #include <dirent.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -17,8 +17,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <hixl/engine.hpp>
 #include <hixl/hixl.h>
+#include <hixl/engine.hpp>
 
 #include <chrono>
 #include <cstdlib>
@@ -154,7 +154,8 @@ struct PeerProcess {
     std::string line;
     const auto deadline = Clock::now() + std::chrono::milliseconds(kReplyMs);
     while (line.find('\n') == std::string::npos) {
-      int left = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
+      int left =
+          static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
       if (left <= 0) return "NO REPLY within the bound";
       pollfd pfd{out, POLLIN, 0};
       if (::poll(&pfd, 1, left) <= 0) continue;
@@ -278,8 +279,10 @@ TEST(Node, EnginesOverUcxShareOneWorker) {
   const std::map<std::string, std::string> ucx = {{"transport", "ucx"}};
   hixl::Engine a, b;
   std::string na, nb;
-  if (auto s = Listen(a, &na, ucx); s == hixl::UNSUPPORTED) GTEST_SKIP() << hixl::Engine::LastError();
-  else ASSERT_EQ(s, hixl::SUCCESS) << Why(s);
+  if (auto s = Listen(a, &na, ucx); s == hixl::UNSUPPORTED)
+    GTEST_SKIP() << hixl::Engine::LastError();
+  else
+    ASSERT_EQ(s, hixl::SUCCESS) << Why(s);
   ASSERT_EQ(Listen(b, &nb, ucx), hixl::SUCCESS) << hixl::Engine::LastError();
   EXPECT_EQ(Threads("hixl-ucx"), 1);
   EXPECT_EQ(Threads("hixl-shm"), 0);

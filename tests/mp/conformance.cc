@@ -17,8 +17,8 @@ namespace {
 class Transfer : public testing::TestWithParam<Kind> {};
 
 constexpr size_t kMaxSize = size_t{64} << 20;  // the largest random transfer
-constexpr size_t kGuard = 64;                   // canary bytes checked around each range
-constexpr size_t kSlot = kMaxSize + 4096;       // room for one transfer plus offsets
+constexpr size_t kGuard = 64;                  // canary bytes checked around each range
+constexpr size_t kSlot = kMaxSize + 4096;      // room for one transfer plus offsets
 constexpr uint8_t kCanary = 0xEE;
 
 // Every rank puts a random-sized block at a random offset into its own slot
@@ -287,16 +287,16 @@ TEST_P(Checked, BadAccessesFailAndWriteNothing) {
       uint64_t addr;
       size_t size;
     } cases[] = {
-        {m - 1, 2},                 // straddles the start
-        {m + kPage - 1, 2},         // straddles the end
-        {m - kPage, kPage},         // wholly before
-        {m + kPage, 16},            // wholly after
-        {m, kPage + 1},             // one byte too long
-        {m, size_t{1} << 40},       // far too long
+        {m - 1, 2},            // straddles the start
+        {m + kPage - 1, 2},    // straddles the end
+        {m - kPage, kPage},    // wholly before
+        {m + kPage, 16},       // wholly after
+        {m, kPage + 1},        // one byte too long
+        {m, size_t{1} << 40},  // far too long
     };
     for (const Case& c : cases) {
-      ExpectNotRegistered(g_world->Put(1, junk.data(), c.addr, std::min<size_t>(c.size, junk.size())),
-                          1, c.addr, std::min<size_t>(c.size, junk.size()));
+      ExpectNotRegistered(g_world->Put(1, junk.data(), c.addr, std::min<size_t>(c.size, junk.size())), 1, c.addr,
+                          std::min<size_t>(c.size, junk.size()));
       if (c.size <= junk.size()) {
         ExpectNotRegistered(g_world->Get(1, c.addr, junk.data(), c.size), 1, c.addr, c.size);
       }
@@ -385,4 +385,3 @@ TEST(Collectives, AllgatherOrdersByRank) {
 
 }  // namespace
 }  // namespace hixl::test
-

@@ -92,10 +92,10 @@ inline Shape RandomShape(uint64_t a, uint64_t b, uint64_t c, size_t max_size, si
   return {size, offset};
 }
 
-#define HIXL_ASSERT_OK(expr)                                       \
-  do {                                                             \
-    ::hixl::Status _s = (expr);                                    \
-    ASSERT_TRUE(_s.ok()) << #expr << " -> " << _s.ToString();     \
+#define HIXL_ASSERT_OK(expr)                                  \
+  do {                                                        \
+    ::hixl::Status _s = (expr);                               \
+    ASSERT_TRUE(_s.ok()) << #expr << " -> " << _s.ToString(); \
   } while (0)
 
 inline int Rank() { return g_world->rank(); }

@@ -149,8 +149,8 @@ int main() {
   Check(rc == HIXL_ERR_PEER_FAILED || rc == HIXL_ERR_TIMEOUT,
         "put + fence to the killed rank failed (" + std::string(hixl_strerror(rc)) + "): " + err);
   Check(rc != HIXL_ERR_PEER_FAILED || err.find("rank 1") != std::string::npos, "the error names rank 1");
-  Check(ms <= timeout_ms, "it failed after " + std::to_string(ms) + " ms (HIXL_TIMEOUT_MS=" +
-                              std::to_string(timeout_ms) + ")");
+  Check(ms <= timeout_ms,
+        "it failed after " + std::to_string(ms) + " ms (HIXL_TIMEOUT_MS=" + std::to_string(timeout_ms) + ")");
 
   start = Clock::now();
   rc = hixl_get(1, all[1].addr, buf.data(), 4096);

@@ -87,8 +87,8 @@ int main(int argc, char** argv) {
         if (i >= 0) rates.push_back(static_cast<double>(bytes) / std::chrono::duration<double>(t1 - t0).count() / 1e9);
       }
       const double median = Median(rates);
-      std::printf("%s %zu B: median %.2f GB/s, best %.2f GB/s (%d rounds; median %.1f us per %s + fence)\n", op,
-                  bytes, median, *std::max_element(rates.begin(), rates.end()), reps,
+      std::printf("%s %zu B: median %.2f GB/s, best %.2f GB/s (%d rounds; median %.1f us per %s + fence)\n", op, bytes,
+                  median, *std::max_element(rates.begin(), rates.end()), reps,
                   static_cast<double>(bytes) / median / 1e3, op);
       std::fflush(stdout);
       // Rank 1's memory holds what the puts wrote.

@@ -139,7 +139,7 @@ TEST(Atomics, EachOperationReturnsTheOldValue) {
   EXPECT_EQ(g_world->AtomicFetchAdd(peer, a, 5).value(), 10u);
   HIXL_ASSERT_OK(g_world->AtomicAdd(peer, a, 1));
   EXPECT_EQ(g_world->AtomicSwap(peer, a, 100).value(), 16u);
-  EXPECT_EQ(g_world->AtomicCompareSwap(peer, a, 99, 7).value(), 100u);  // no swap
+  EXPECT_EQ(g_world->AtomicCompareSwap(peer, a, 99, 7).value(), 100u);   // no swap
   EXPECT_EQ(g_world->AtomicCompareSwap(peer, a, 100, 7).value(), 100u);  // swap
   EXPECT_EQ(g_world->AtomicFetch(peer, a).value(), 7u);
   HIXL_ASSERT_OK(g_world->Barrier());
@@ -164,8 +164,10 @@ TEST(Atomics, BadWordsFailAndWriteNothing) {
   // A bad signal word: the data must not be written either.
   auto ps = g_world->PutSignal(peer, data, mem.base(peer), sizeof data, end, 1, SignalOp::kSet);
   EXPECT_EQ(ps.code(), Errc::kNotRegistered) << ps.ToString();
-  EXPECT_EQ(g_world->PutSignal(peer, data, mem.base(peer), sizeof data, mem.base(peer) + 40, 1,
-                               static_cast<SignalOp>(7)).code(), Errc::kInvalidArg);
+  EXPECT_EQ(
+      g_world->PutSignal(peer, data, mem.base(peer), sizeof data, mem.base(peer) + 40, 1, static_cast<SignalOp>(7))
+          .code(),
+      Errc::kInvalidArg);
   uint64_t word = 0;
   EXPECT_EQ(g_world->WaitUntil(&word, static_cast<Cmp>(42), 0, 10).code(), Errc::kInvalidArg);
   EXPECT_EQ(hixl_test(reinterpret_cast<const uint64_t*>(reinterpret_cast<uintptr_t>(&word) + 1), HIXL_CMP_EQ, 0),

@@ -214,8 +214,8 @@ int Transfers(hixl::World& world) {
   auto old1 = world.AtomicFetchAdd(peer, remote, 5);
   auto old2 = world.AtomicFetchAdd(peer, remote, 5);
   Check(old1.ok() && old2.ok() && old1.value() == 0 && old2.value() == 5,
-        "two fetch-adds on the peer's word saw 0 and 5 (" + old1.status().ToString() + ", " +
-            old2.status().ToString() + ")");
+        "two fetch-adds on the peer's word saw 0 and 5 (" + old1.status().ToString() + ", " + old2.status().ToString() +
+            ")");
   if (!Check(world.Barrier().ok(), "barrier")) return 1;
   uint64_t mine = 0;
   std::memcpy(&mine, region, 8);

@@ -31,7 +31,7 @@ namespace {
 
 constexpr int64_t kTimeoutMs = 30000;
 constexpr uint64_t kRegionBytes = uint64_t{16} << 20;  // > the shm relay ring (8 x 1 MiB)
-constexpr uint64_t kGuard = 64;                         // bytes around each transfer that must not change
+constexpr uint64_t kGuard = 64;                        // bytes around each transfer that must not change
 
 // The Host a transport runs under: a rank, a timeout and the ranges this
 // "process" has registered, for transports that serve requests themselves

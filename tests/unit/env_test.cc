@@ -194,9 +194,10 @@ TEST(EnvTest, ChosenSourceIsValidatedAndLowerOnesIgnored) {
   Config c = ParseOk({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"SLURM_PROCID", "junk"}, {"MASTER_PORT", "4000"}});
   EXPECT_EQ(c.world_size, 2);
   // ...but garbage in the preferred one is not papered over by a lower one.
-  EXPECT_THAT(ParseError({{"RANK", "x"}, {"WORLD_SIZE", "2"}, {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"},
-                          {"MASTER_PORT", "4000"}}),
-              HasSubstr("RANK"));
+  EXPECT_THAT(
+      ParseError(
+          {{"RANK", "x"}, {"WORLD_SIZE", "2"}, {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"MASTER_PORT", "4000"}}),
+      HasSubstr("RANK"));
 }
 
 // ------------------------------------------------------------- bad values
@@ -353,9 +354,7 @@ TEST(EnvTest, ShmThpParsed) {
   EXPECT_THAT(m, HasSubstr("HIXL_SHM_THP"));
 }
 
-TEST(EnvTest, NetDevParsed) {
-  EXPECT_EQ(ParseOk({{"HIXL_NET_DEV", "mlx5_0:1"}}).net_dev, "mlx5_0:1");
-}
+TEST(EnvTest, NetDevParsed) { EXPECT_EQ(ParseOk({{"HIXL_NET_DEV", "mlx5_0:1"}}).net_dev, "mlx5_0:1"); }
 
 TEST(EnvTest, LogLevelParsed) {
   for (const char* level : {"error", "warn", "info", "debug", "trace"}) {

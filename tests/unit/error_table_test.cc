@@ -4,10 +4,10 @@
 // Result<T>'s no-throw value().
 #include <gtest/gtest.h>
 
-#include <hixl/engine.hpp>
 #include <hixl/hixl.h>
-#include <hixl/hixl.hpp>
 #include <hixl/hixl_errors.h>
+#include <hixl/engine.hpp>
+#include <hixl/hixl.hpp>
 
 #include <cstring>
 #include <set>

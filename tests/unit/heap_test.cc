@@ -6,8 +6,8 @@
 // killed and the test fails.
 #include "world/heap.h"
 
-#include <gmock/gmock.h>
 #include <fcntl.h>
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>

@@ -22,9 +22,11 @@ GetEnv Env(std::map<std::string, std::string> vars) {
   };
 }
 
-const std::map<std::string, std::string> kMpirun = {
-    {"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "3"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
-    {"PMIX_NAMESPACE", "1958477825"}, {"PMIX_RANK", "1"}};
+const std::map<std::string, std::string> kMpirun = {{"OMPI_COMM_WORLD_RANK", "1"},
+                                                    {"OMPI_COMM_WORLD_SIZE", "3"},
+                                                    {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+                                                    {"PMIX_NAMESPACE", "1958477825"},
+                                                    {"PMIX_RANK", "1"}};
 
 TEST(PmixEnv, UnderPmixNeedsNamespaceAndRank) {
   EXPECT_TRUE(UnderPmix(Env(kMpirun)));

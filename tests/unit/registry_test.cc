@@ -59,7 +59,7 @@ TEST(RangeInsideTest, NoOverflowNearTheTop) {
   const uint64_t base = kMax - 99;  // [base, base + 100) ends at 2^64
   EXPECT_TRUE(RangeInside(base, 100, base, 100));
   EXPECT_TRUE(RangeInside(kMax, 1, base, 100));
-  EXPECT_FALSE(RangeInside(kMax, 2, base, 100));      // addr + len wraps to 1
+  EXPECT_FALSE(RangeInside(kMax, 2, base, 100));  // addr + len wraps to 1
   EXPECT_FALSE(RangeInside(base, 101, base, 100));
   EXPECT_FALSE(RangeInside(kMax - 10, kMax, base, 100));
   // addr + len wraps around to a small number that a naive check would accept.
@@ -149,13 +149,13 @@ TEST(LocalRegistryTest, PartialOverlapRefusedNamingTheOtherRegion) {
     uint64_t base, len;
   };
   const Case cases[] = {
-      {0xff00, 0x200},     // straddles the start
-      {0x10f00, 0x200},    // straddles the end
-      {0x10100, 0x100},    // inside
-      {0xf000, 0x3000},    // covers it
-      {0x10000, 0x800},    // same start, shorter
-      {0x10000, 0x2000},   // same start, longer
-      {0x10fff, 1},        // the last byte
+      {0xff00, 0x200},    // straddles the start
+      {0x10f00, 0x200},   // straddles the end
+      {0x10100, 0x100},   // inside
+      {0xf000, 0x3000},   // covers it
+      {0x10000, 0x800},   // same start, shorter
+      {0x10000, 0x2000},  // same start, longer
+      {0x10fff, 1},       // the last byte
   };
   for (const Case& c : cases) {
     bool added = true;
@@ -389,8 +389,8 @@ TEST(RegionTableTest, EveryTruncationIsAnError) {
 TEST(RegionTableTest, HugeCountWithoutDataIsAnError) {
   // A header that claims 4 billion regions but carries none must be refused,
   // not allocated for.
-  std::string bytes(8, '\0');        // generation
-  bytes.append(4, '\xff');           // region count 0xffffffff
+  std::string bytes(8, '\0');  // generation
+  bytes.append(4, '\xff');     // region count 0xffffffff
   Result<RegionTable> r = RegionTable::Parse(bytes);
   EXPECT_FALSE(r.ok());
   // The same with a huge key count in an otherwise valid record.
@@ -450,14 +450,14 @@ TEST(PeerTableTest, InstallThenFind) {
 TEST(PeerTableTest, StraddlingAndOutside) {
   PeerTable t;
   ASSERT_TRUE(t.Install(1, {MakeEntry(0x1000, 0x100), MakeEntry(0x1100, 0x100)}));
-  EXPECT_EQ(t.Find(0x10ff, 2), nullptr);   // spans two adjacent regions
-  EXPECT_EQ(t.Find(0xfff, 2), nullptr);    // straddles the first start
-  EXPECT_EQ(t.Find(0x11ff, 2), nullptr);   // straddles the last end
-  EXPECT_EQ(t.Find(0xfff, 1), nullptr);    // just before
-  EXPECT_EQ(t.Find(0x1200, 1), nullptr);   // just after
+  EXPECT_EQ(t.Find(0x10ff, 2), nullptr);  // spans two adjacent regions
+  EXPECT_EQ(t.Find(0xfff, 2), nullptr);   // straddles the first start
+  EXPECT_EQ(t.Find(0x11ff, 2), nullptr);  // straddles the last end
+  EXPECT_EQ(t.Find(0xfff, 1), nullptr);   // just before
+  EXPECT_EQ(t.Find(0x1200, 1), nullptr);  // just after
   EXPECT_EQ(t.Find(0x0, 1), nullptr);
   EXPECT_EQ(t.Find(0x1000, 0x200), nullptr);
-  EXPECT_EQ(t.Find(0x1050, kMax), nullptr);   // addr + len wraps
+  EXPECT_EQ(t.Find(0x1050, kMax), nullptr);  // addr + len wraps
   EXPECT_EQ(t.Find(kMax, 1), nullptr);
   ASSERT_NE(t.Find(0x1100, 0x100), nullptr);
   EXPECT_EQ(t.Find(0x1100, 0x100)->base, 0x1100u);
@@ -505,8 +505,8 @@ TEST(PeerTableTest, InvalidationBeforeAnyInstall) {
 
 TEST(PeerTableTest, InvalidateRemovesOnlyOverlappingEntries) {
   PeerTable t;
-  ASSERT_TRUE(t.Install(1, {MakeEntry(0x1000, 0x100), MakeEntry(0x1100, 0x100), MakeEntry(0x1200, 0x100),
-                            MakeEntry(0x2000, 0x100)}));
+  ASSERT_TRUE(t.Install(
+      1, {MakeEntry(0x1000, 0x100), MakeEntry(0x1100, 0x100), MakeEntry(0x1200, 0x100), MakeEntry(0x2000, 0x100)}));
   // Overlaps the end of 0x1000 and the start of 0x1100, touches nothing else.
   t.Invalidate(2, 0x10f0, 0x20);
   EXPECT_EQ(t.Find(0x1000, 1), nullptr);

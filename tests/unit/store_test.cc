@@ -42,9 +42,7 @@ int64_t MsSince(Clock::time_point t0) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
 }
 
-bool Contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
+bool Contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 // ---------------------------------------------------------------------------
 // MemoryStore
@@ -208,8 +206,7 @@ class TcpStoreTest : public ::testing::Test {
   }
 
   std::unique_ptr<TcpStoreClient> Client(int rank) {
-    Result<std::unique_ptr<TcpStoreClient>> r =
-        TcpStoreClient::Connect("127.0.0.1", server_->port(), rank, 5000);
+    Result<std::unique_ptr<TcpStoreClient>> r = TcpStoreClient::Connect("127.0.0.1", server_->port(), rank, 5000);
     if (!r.ok()) {
       ADD_FAILURE() << "rank " << rank << ": " << r.status().ToString();
       return nullptr;
@@ -360,8 +357,8 @@ TEST_F(TcpStoreTest, WaitAtLeastAsBarrierAmongFourClients) {
         ASSERT_TRUE(s.ok()) << s.ToString();
         for (int o = 0; o < kRanks; ++o) {
           Result<std::string> got = c->Get(fmt::format("arrived/{}/{}", r, o), 0);
-          ASSERT_TRUE(got.ok()) << "rank " << rank << " passed barrier " << r
-                                << " before rank " << o << " arrived: " << got.status().ToString();
+          ASSERT_TRUE(got.ok()) << "rank " << rank << " passed barrier " << r << " before rank " << o
+                                << " arrived: " << got.status().ToString();
         }
       }
       EXPECT_TRUE(c->Close().ok());
@@ -518,9 +515,8 @@ TEST_F(TcpStoreTest, ServerDestructionFailsClientsPromptly) {
 TEST_F(TcpStoreTest, ConnectRetriesUntilTheServerStarts) {
   uint16_t port = FreePort();
   ASSERT_NE(port, 0);
-  auto connecting = std::async(std::launch::async, [port] {
-    return TcpStoreClient::Connect("127.0.0.1", port, 0, kLongMs);
-  });
+  auto connecting =
+      std::async(std::launch::async, [port] { return TcpStoreClient::Connect("127.0.0.1", port, 0, kLongMs); });
   Result<std::unique_ptr<TcpStoreServer>> server = TcpStoreServer::Start("127.0.0.1", port, 1);
   ASSERT_TRUE(server.ok()) << server.status().ToString();
   Result<std::unique_ptr<TcpStoreClient>> c = connecting.get();
@@ -542,18 +538,15 @@ TEST_F(TcpStoreTest, ConnectTimesOutWithoutServer) {
 
 TEST_F(TcpStoreTest, RejectsBadAndDuplicateRanks) {
   StartWorld(4);
-  Result<std::unique_ptr<TcpStoreClient>> bad =
-      TcpStoreClient::Connect("127.0.0.1", server_->port(), 4, 5000);
+  Result<std::unique_ptr<TcpStoreClient>> bad = TcpStoreClient::Connect("127.0.0.1", server_->port(), 4, 5000);
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), Errc::kInvalidRank);
   EXPECT_TRUE(Contains(bad.status().message(), "rank 4")) << bad.status().message();
-  EXPECT_EQ(TcpStoreClient::Connect("127.0.0.1", server_->port(), -1, 5000).status().code(),
-            Errc::kInvalidRank);
+  EXPECT_EQ(TcpStoreClient::Connect("127.0.0.1", server_->port(), -1, 5000).status().code(), Errc::kInvalidRank);
 
   auto c1 = Client(1);
   ASSERT_TRUE(c1);
-  Result<std::unique_ptr<TcpStoreClient>> dup =
-      TcpStoreClient::Connect("127.0.0.1", server_->port(), 1, 5000);
+  Result<std::unique_ptr<TcpStoreClient>> dup = TcpStoreClient::Connect("127.0.0.1", server_->port(), 1, 5000);
   ASSERT_FALSE(dup.ok());
   EXPECT_EQ(dup.status().code(), Errc::kInvalidRank);
   EXPECT_TRUE(Contains(dup.status().message(), "rank 1")) << dup.status().message();
@@ -608,8 +601,7 @@ TEST_F(TcpStoreTest, IdleServerDoesNotSpin) {
   auto cpu_ms = [] {
     rusage u{};
     getrusage(RUSAGE_SELF, &u);
-    return (u.ru_utime.tv_sec + u.ru_stime.tv_sec) * 1000 +
-           (u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1000;
+    return (u.ru_utime.tv_sec + u.ru_stime.tv_sec) * 1000 + (u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1000;
   };
   auto cpu0 = cpu_ms();
   auto t0 = Clock::now();
@@ -617,8 +609,7 @@ TEST_F(TcpStoreTest, IdleServerDoesNotSpin) {
   int64_t wall = MsSince(t0);
   auto cpu = cpu_ms() - cpu0;
   EXPECT_GE(wall, 600);
-  EXPECT_LT(cpu, 200) << "the process used " << cpu << " ms of CPU during a " << wall
-                      << " ms wait";
+  EXPECT_LT(cpu, 200) << "the process used " << cpu << " ms of CPU during a " << wall << " ms wait";
 }
 
 }  // namespace

@@ -481,8 +481,8 @@ TEST_F(World1Test, RegisterBadArguments) {
   EXPECT_EQ(hixl_register_memory(buf.data() + 64, 128), HIXL_ERR_INVALID_ARG);  // overlaps the end
   EXPECT_THAT(LastError(), HasSubstr("overlaps"));
   EXPECT_THAT(LastError(), HasSubstr(fmt::format("{:#x}", Addr(buf.data()))));
-  EXPECT_EQ(hixl_register_memory(buf.data(), 64), HIXL_ERR_INVALID_ARG);  // same start, shorter
-  EXPECT_EQ(hixl_register_memory(buf.data() + 8, 8), HIXL_ERR_INVALID_ARG);  // inside
+  EXPECT_EQ(hixl_register_memory(buf.data(), 64), HIXL_ERR_INVALID_ARG);                // same start, shorter
+  EXPECT_EQ(hixl_register_memory(buf.data() + 8, 8), HIXL_ERR_INVALID_ARG);             // inside
   EXPECT_EQ(hixl_register_memory(buf.data() + 128, 128), HIXL_SUCCESS) << LastError();  // adjacent
 
   // Symmetric memory is registered already: its range cannot be again.

@@ -51,8 +51,7 @@ int pick_free_port(const std::string &addr) {
     }
     sockaddr_storage ss{};
     socklen_t len = sizeof ss;
-    if (::bind(s, ai->ai_addr, ai->ai_addrlen) == 0 &&
-        ::getsockname(s, reinterpret_cast<sockaddr *>(&ss), &len) == 0) {
+    if (::bind(s, ai->ai_addr, ai->ai_addrlen) == 0 && ::getsockname(s, reinterpret_cast<sockaddr *>(&ss), &len) == 0) {
       if (ss.ss_family == AF_INET) {
         port = ntohs(reinterpret_cast<sockaddr_in *>(&ss)->sin_port);
       } else if (ss.ss_family == AF_INET6) {
@@ -65,8 +64,7 @@ int pick_free_port(const std::string &addr) {
   }
   ::freeaddrinfo(res);
   if (port == 0) {
-    message("cannot pick a free port on MASTER_ADDR '" + addr + "': " + errno_text(last_err) +
-            " (use --master-port)");
+    message("cannot pick a free port on MASTER_ADDR '" + addr + "': " + errno_text(last_err) + " (use --master-port)");
   }
   return port;
 }

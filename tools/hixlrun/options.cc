@@ -17,7 +17,7 @@
 namespace hixlrun {
 namespace {
 
-const char *const kReservedVars[] = {"RANK",        "WORLD_SIZE", "LOCAL_RANK",   "LOCAL_WORLD_SIZE",
+const char *const kReservedVars[] = {"RANK",        "WORLD_SIZE",  "LOCAL_RANK",   "LOCAL_WORLD_SIZE",
                                      "MASTER_ADDR", "MASTER_PORT", "HIXL_LAUNCHER"};
 
 class UsageFormatter : public CLI::Formatter {
@@ -47,9 +47,7 @@ std::optional<int> parse_options(int argc, char **argv, Options &opts) {
   app.prefix_command();
   app.set_version_flag("--version", std::string("hixlrun (hixl) ") + HIXL_VERSION);
 
-  app.add_option("-n,--np", opts.np, "Number of ranks to start")
-      ->required()
-      ->check(CLI::Range(1, 1 << 20));
+  app.add_option("-n,--np", opts.np, "Number of ranks to start")->required()->check(CLI::Range(1, 1 << 20));
   app.add_flag("-p,--prefix-output", opts.prefix_output, "Prefix every output line of a rank with '[rank] '");
   double timeout = 0;
   auto *timeout_opt = app.add_option("--timeout", timeout, "Stop all ranks and exit 124 after SECONDS")

@@ -36,7 +36,8 @@ std::vector<std::string> exec_candidates(const std::string &prog, const std::str
     std::size_t colon = path.find(':', start);
     // A view, not a string assigned ".": g++ 12 at -O3 misreads that
     // assignment as an overlapping copy (-Wrestrict, GCC bug 105329).
-    std::string_view dir = std::string_view(path).substr(start, colon == std::string::npos ? std::string::npos : colon - start);
+    std::string_view dir =
+        std::string_view(path).substr(start, colon == std::string::npos ? std::string::npos : colon - start);
     if (dir.empty()) dir = ".";
     std::string cand(dir);
     cand.push_back('/');
@@ -333,8 +334,8 @@ void Launcher::rank_exited(Rank &r, int status, bool signaled) {
   bool first = first_failure_ == 0;
   if (first) first_failure_ = r.status;
   if (!first || stopping_) return;  // expected while stopping
-  std::string what = signaled ? "was killed by signal " + signal_text(status)
-                              : "exited with code " + std::to_string(status);
+  std::string what =
+      signaled ? "was killed by signal " + signal_text(status) : "exited with code " + std::to_string(status);
   bool others = ranks_.size() > 1;
   message("rank " + std::to_string(r.index) + " (pid " + std::to_string(r.pid) + ") " + what +
           (others ? "; stopping the other ranks" : ""));

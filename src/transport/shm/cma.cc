@@ -23,8 +23,8 @@ Status CmaV(Peer* p, bool write, const Transport::Piece* pieces, size_t count) {
       ++m;
     }
     if (m == 0) break;
-    ssize_t k = write ? ::process_vm_writev(p->pid, liov, m, riov, m, 0)
-                      : ::process_vm_readv(p->pid, liov, m, riov, m, 0);
+    ssize_t k =
+        write ? ::process_vm_writev(p->pid, liov, m, riov, m, 0) : ::process_vm_readv(p->pid, liov, m, riov, m, 0);
     if (k > 0) {
       auto left = static_cast<size_t>(k);
       while (i < count && left >= pieces[i].n - done) {
@@ -45,8 +45,8 @@ Status CmaV(Peer* p, bool write, const Transport::Piece* pieces, size_t count) {
       return Status(Errc::kUnsupported, "");
     }
     if (e == ESRCH) return Err(Errc::kPeerFailed, "rank {} (pid {}) has exited", p->rank, p->pid);
-    return Err(Errc::kTransport, "cross-memory {} of rank {} at {:#x} failed: {}", write ? "write" : "read",
-               p->rank, pieces[i].remote + done, std::strerror(e));
+    return Err(Errc::kTransport, "cross-memory {} of rank {} at {:#x} failed: {}", write ? "write" : "read", p->rank,
+               pieces[i].remote + done, std::strerror(e));
   }
   return Status::Ok();
 }

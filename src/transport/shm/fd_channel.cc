@@ -70,8 +70,10 @@ Status RecvMsg(int sock, Msg* m, Fd* fd, Deadline deadline) {
     if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
       int received = -1;
       std::memcpy(&received, CMSG_DATA(c), sizeof(int));
-      if (fd) *fd = Fd(received);
-      else ::close(received);
+      if (fd)
+        *fd = Fd(received);
+      else
+        ::close(received);
     }
   }
   return Status::Ok();

@@ -16,7 +16,8 @@ Status Peer::Request(const Msg& m, int fd_to_pass, Msg* reply, net::Fd* reply_fd
   net::Deadline deadline = net::DeadlineIn(timeout_ms);
   if (!conn.valid()) {
     auto s = ConnectTo(sock_name);
-    if (!s.ok()) return Err(Errc::kPeerFailed, "shm: cannot connect to rank {} (pid {}): {}", rank, pid, s.status().message());
+    if (!s.ok())
+      return Err(Errc::kPeerFailed, "shm: cannot connect to rank {} (pid {}): {}", rank, pid, s.status().message());
     conn = std::move(s.value());
   }
   Status s = SendMsg(conn.get(), m, fd_to_pass, deadline);
@@ -49,8 +50,8 @@ Result<std::shared_ptr<Mapping>> Peer::MapSegment(uint32_t seg, uint64_t size, i
   // file, an access would raise SIGBUS instead of failing here.
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0 || st.st_size < 0 || static_cast<uint64_t>(st.st_size) < size) {
-    return Err(Errc::kTransport, "shm: heap segment {} of rank {} is smaller than the {} bytes its key says", seg,
-               rank, size);
+    return Err(Errc::kTransport, "shm: heap segment {} of rank {} is smaller than the {} bytes its key says", seg, rank,
+               size);
   }
   HIXL_ASSIGN_OR_RETURN(Mapping map, MapShared(fd.get(), size));
   auto mapping = std::make_shared<Mapping>(std::move(map));

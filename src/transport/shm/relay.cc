@@ -45,7 +45,7 @@ struct alignas(64) Slot {
   uint32_t atomic_op;  // for kOpAtomic: an AtomicOp
   uint64_t operand;
   uint64_t compare;
-  uint64_t result;     // for kOpAtomic: the value before
+  uint64_t result;  // for kOpAtomic: the value before
 };
 struct ChannelHeader {
   uint32_t magic;
@@ -208,7 +208,8 @@ Status RelayGet(Peer* p, const RelayContext& cx, uint64_t src, void* dst, size_t
       HIXL_RETURN_IF_ERROR(DrainRelay(p, cx));
       return Err(Errc::kNotRegistered,
                  "Remote memory not registered: rank {} refused a relayed get of {} bytes at {:#x} "
-                 "(deregistered meanwhile)", p->rank, n, src);
+                 "(deregistered meanwhile)",
+                 p->rank, n, src);
     }
     copied += q.len;
   }
@@ -234,7 +235,8 @@ Status RelayAtomic(Peer* p, const RelayContext& cx, AtomicOp op, uint64_t addr, 
   if (status != 0) {
     return Err(Errc::kNotRegistered,
                "Remote memory not registered: rank {} refused an atomic on the 8 bytes at {:#x} "
-               "(deregistered meanwhile)", p->rank, addr);
+               "(deregistered meanwhile)",
+               p->rank, addr);
   }
   return Status::Ok();
 }

@@ -23,7 +23,7 @@ struct Peer;
 
 // The origin side of the relay channel to one peer.
 struct RelayOrigin {
-  std::mutex mu;                 // one user of the channel at a time
+  std::mutex mu;                  // one user of the channel at a time
   std::atomic<bool> open{false};  // the channel exists (written under mu)
   Mapping channel;
   net::Fd doorbell;        // the target's eventfd

@@ -18,8 +18,8 @@
 #include <thread>
 #include <vector>
 
-#include "base/socket.h"
 #include "base/log.h"
+#include "base/socket.h"
 #include "transport/shm/cma.h"
 #include "transport/shm/fd_channel.h"
 #include "transport/shm/mapping.h"
@@ -139,7 +139,8 @@ class ShmTransport final : public Transport {
     }
     if (off > size || len > size - off) {
       // An untrusted blob: the region must lie inside the segment it names.
-      return Err(Errc::kTransport, "shm: the key of rank {} for [{:#x}, +{}) does not fit its segment", peer, base, len);
+      return Err(Errc::kTransport, "shm: the key of rank {} for [{:#x}, +{}) does not fit its segment", peer, base,
+                 len);
     }
     if (p->self) {
       key->mapped = reinterpret_cast<uint8_t*>(base);
@@ -308,7 +309,6 @@ class ShmTransport final : public Transport {
   }
 
  private:
-
   // The peer connected as `peer`, or null.
   std::shared_ptr<Peer> FindPeer(int peer) {
     std::lock_guard lock(peers_mu_);

@@ -81,8 +81,8 @@ Status RemoteAtomic(const UcxKey& k, AtomicOp op, uint64_t addr, uint64_t operan
     lock.unlock();
     w->Kick();
     if (p->ep_error.load() != UCS_OK) return Failure(p, p->ep_error.load(), "an atomic");
-    return Err(Errc::kTimeout, "ucx: an atomic on {} at {:#x} did not complete within HIXL_TIMEOUT_MS={}",
-               p->Name(), addr, timeout_ms);
+    return Err(Errc::kTimeout, "ucx: an atomic on {} at {:#x} did not complete within HIXL_TIMEOUT_MS={}", p->Name(),
+               addr, timeout_ms);
   }
   lock.unlock();
   if (r != nullptr) w->Kick();

@@ -74,10 +74,8 @@ bool IsPeerFailure(ucs_status_t s) {
     case UCS_ERR_NOT_CONNECTED:
     case UCS_ERR_TIMED_OUT:
     case UCS_ERR_CANCELED:
-    case UCS_ERR_IO_ERROR:
-      return true;
-    default:
-      return false;
+    case UCS_ERR_IO_ERROR: return true;
+    default: return false;
   }
 }
 

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "base/socket.h"
 #include "base/log.h"
+#include "base/socket.h"
 #include "transport/ucx/atomics.h"
 #include "transport/ucx/endpoint.h"
 #include "transport/ucx/memory.h"

@@ -39,8 +39,7 @@ Result<ucp_context_h> CreateContext(const Options& options, bool tune_tcp) {
   ucp_config_t* config = nullptr;
   ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
   if (st != UCS_OK) {
-    return Err(Errc::kTransport, "ucx: cannot read the UCX configuration (UCX_* variables): {}",
-               ucs_status_string(st));
+    return Err(Errc::kTransport, "ucx: cannot read the UCX configuration (UCX_* variables): {}", ucs_status_string(st));
   }
   for (const UcxDefault& d : kTcpDefaults) {
     if (!tune_tcp || std::getenv(d.env[0]) != nullptr || std::getenv(d.env[1]) != nullptr) continue;
