@@ -102,7 +102,10 @@ struct ControlServer::Impl {
         }
         if (!h || !Serve(conns[i].fd.get(), *h)) dead.push_back(i);
       }
-      for (auto it = dead.rbegin(); it != dead.rend(); ++it) conns.erase(conns.begin() + static_cast<long>(*it));
+      while (!dead.empty()) {  // from the back, so that the earlier indices stay right
+        conns.erase(conns.begin() + static_cast<long>(dead.back()));
+        dead.pop_back();
+      }
       for (size_t i = 0; i < nl; ++i) {
         if (!(pfds[1 + i].revents & POLLIN)) continue;
         int fd = ::accept4(listeners[i].fd.get(), nullptr, nullptr, SOCK_CLOEXEC);

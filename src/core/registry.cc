@@ -172,10 +172,10 @@ void PeerTable::Invalidate(uint64_t generation, uint64_t base, uint64_t len) {
 Status AddRegionEverywhere(LocalRegistry& registry,
                            const std::vector<std::unique_ptr<transport::Transport>>& transports,
                            LocalRegistry::Region region) {
-  for (auto& t : transports) {
+  for (const auto& t : transports) {
     auto key = t->RegisterRegion(region.desc);
     if (!key.ok()) {
-      for (auto& u : transports) {
+      for (const auto& u : transports) {
         if (u.get() == t.get()) break;
         u->DeregisterRegion(region.desc);
       }
@@ -186,7 +186,7 @@ Status AddRegionEverywhere(LocalRegistry& registry,
   bool added = false;
   Status s = registry.Add(region, &added);
   if (!s.ok() || !added) {
-    for (auto& t : transports) t->DeregisterRegion(region.desc);
+    for (const auto& t : transports) t->DeregisterRegion(region.desc);
   }
   return s;
 }

@@ -75,12 +75,12 @@ int Session::NewPeerId() {
 
 PublishedAddresses Session::Addresses() const {
   PublishedAddresses out;
-  for (auto& t : transports()) out.push_back({std::string(t->name()), t->LocalAddress()});
+  for (const auto& t : transports()) out.push_back({std::string(t->name()), t->LocalAddress()});
   return out;
 }
 
 Session::Choice Session::Pick(const PublishedAddresses& theirs, transport::MemKind kind) const {
-  for (auto& t : transports()) {
+  for (const auto& t : transports()) {
     const transport::Capabilities& caps = t->caps();
     if (kind == transport::MemKind::kHost ? !caps.host_memory : !caps.device_memory) continue;
     // The peer's address of the same kind of transport, if it published one.
@@ -92,7 +92,7 @@ Session::Choice Session::Pick(const PublishedAddresses& theirs, transport::MemKi
 }
 
 bool Session::ReachesOtherHosts() const {
-  for (auto& t : transports()) {
+  for (const auto& t : transports()) {
     if (t->caps().remote_hosts) return true;
   }
   return false;
@@ -100,13 +100,13 @@ bool Session::ReachesOtherHosts() const {
 
 std::string Session::TransportNames() const {
   std::string s;
-  for (auto& t : transports()) s += (s.empty() ? "" : ", ") + std::string(t->name());
+  for (const auto& t : transports()) s += (s.empty() ? "" : ", ") + std::string(t->name());
   return s;
 }
 
 Status Session::Flush() {
   Status first;
-  for (auto& t : transports()) {
+  for (const auto& t : transports()) {
     Status s = t->Flush();
     if (first.ok() && !s.ok()) first = s;
   }

@@ -13,6 +13,8 @@ constexpr EngineStatus StatusFor(Errc code) {
   switch (code) {
 #define HIXL_ENGINE_STATUS_CASE_(c_name, cxx_name, value, desc, engine_status, py) \
   case Errc::cxx_name: return ::hixl::engine_status;
+    // One case per row of the table; rows may share a status.
+    // NOLINTNEXTLINE(bugprone-branch-clone)
     HIXL_ERROR_CODES(HIXL_ENGINE_STATUS_CASE_)
 #undef HIXL_ENGINE_STATUS_CASE_
   }

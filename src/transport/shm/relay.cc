@@ -161,7 +161,7 @@ void Post(Peer* p, uint32_t i, uint32_t op, uint64_t addr, uint64_t len) {
 Status RelayPut(Peer* p, const RelayContext& cx, const void* src, uint64_t dst, size_t n) {
   std::lock_guard lock(p->relay.mu);
   HIXL_RETURN_IF_ERROR(OpenRelay(p, cx));
-  auto* from = static_cast<const uint8_t*>(src);
+  const auto* from = static_cast<const uint8_t*>(src);
   for (size_t done = 0; done < n;) {
     size_t chunk = std::min<size_t>(n - done, kSlotBytes);
     uint32_t i = p->relay.next_slot;
