@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "../mp/mp_util.h"
+#include "free_port.h"
 
 namespace hixl::test {
 World* g_world = nullptr;  // unused here; mp_util.h declares it
@@ -41,6 +42,7 @@ namespace {
 
 using hixl::test::Fill;
 using hixl::test::FirstMismatch;
+using hixl::test::FreePort;
 using Clock = std::chrono::steady_clock;
 
 constexpr int kReplyMs = 60000;
@@ -56,23 +58,6 @@ uint64_t Fnv(const void* p, size_t n) {
 
 std::string Status(hixl::EngineStatus s) {
   return std::string(hixl::EngineStatusName(s)) + ": " + hixl::Engine::LastError();
-}
-
-// A free TCP port on 127.0.0.1 (another process may take it before we
-// use it: callers retry).
-uint16_t FreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  uint16_t port = 0;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
-    port = ntohs(a.sin_port);
-  }
-  ::close(fd);
-  return port;
 }
 
 // Anonymous memory that the test owns.

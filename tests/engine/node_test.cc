@@ -30,9 +30,12 @@
 #include <thread>
 #include <vector>
 
+#include "free_port.h"
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using hixl::test::FreePort;
 constexpr int kReplyMs = 60000;
 std::string g_self;
 
@@ -63,21 +66,6 @@ int ThreadsSettle(const std::string& name, int want) {
     n = Threads(name);
   }
   return n;
-}
-
-uint16_t FreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  uint16_t port = 0;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
-    port = ntohs(a.sin_port);
-  }
-  ::close(fd);
-  return port;
 }
 
 // An engine listening on a free port of 127.0.0.1 (retried when another
