@@ -32,20 +32,15 @@ Result<const PeerTable::Entry*> PeerSession::Find(uint64_t addr, uint64_t len, i
 // ---------------------------------------------------------------- Session
 
 Session::Options Session::Options::From(const bootstrap::SharedOptions& shared, int self_id, int identity_ids) {
-  const Node::Options n = Node::Options::From(shared);
   Options o;
   o.self_id = self_id;
   o.identity_ids = identity_ids;
-  o.timeout_ms = n.timeout_ms;
-  o.transports = n.transports;
+  o.node = Node::Options::From(shared);
   return o;
 }
 
 Result<std::unique_ptr<Session>> Session::Create(const Options& options) {
-  Node::Options n;
-  n.timeout_ms = options.timeout_ms;
-  n.transports = options.transports;
-  HIXL_ASSIGN_OR_RETURN(std::shared_ptr<Node> node, Node::Attach(n, options.self_id, options.identity_ids));
+  HIXL_ASSIGN_OR_RETURN(std::shared_ptr<Node> node, Node::Attach(options.node, options.self_id, options.identity_ids));
   std::unique_ptr<Session> s(new Session(options, std::move(node)));
   for (int id = 0; id < options.identity_ids; ++id) s->ids_.push_back(id);
   return s;
@@ -174,7 +169,7 @@ Status Session::RemoveRegion(uint64_t base, bool heap, std::optional<LocalRegist
   }
   const std::string payload = Encode(inv);
   for (const Subscriber& s : subs) {
-    auto r = s.client->Call(Wire(ControlMsg::kInvalidate), payload, opts_.timeout_ms);
+    auto r = s.client->Call(Wire(ControlMsg::kInvalidate), payload, opts_.node.timeout_ms);
     if (!r.ok()) HIXL_LOG_DEBUG("{} did not acknowledge a deregistration: {}", s.who, r.status().message());
   }
   node_->Release(gone->desc, gone->heap);

@@ -84,8 +84,7 @@ class Session final {
     // door that takes its peers' ids from the node (engines).
     int self_id = -1;
     int identity_ids = 0;
-    int64_t timeout_ms = 60000;
-    transport::Options transports;
+    Node::Options node;  // the transports and timeout: which node serves this door
     // The options of bootstrap's shared switches (HIXL_* variables, engine
     // options), the one mapping of them.
     static Options From(const bootstrap::SharedOptions& shared, int self_id = -1, int identity_ids = 0);
@@ -123,7 +122,7 @@ class Session final {
 
   // This process's transport peer id (the node's self id).
   int self_id() const { return node_->self_id(); }
-  int64_t timeout_ms() const { return opts_.timeout_ms; }
+  int64_t timeout_ms() const { return opts_.node.timeout_ms; }
   const std::shared_ptr<Node>& node() const { return node_; }
   // A new transport peer id for a peer of this front door, released with it.
   int NewPeerId();

@@ -23,7 +23,7 @@ Status Engine::Impl::Start(const std::string& local_engine, const std::map<std::
   const core::Session::Options sopts = core::Session::Options::From(cfg);
   auto s = core::Session::Create(sopts);
   if (!s.ok()) {
-    const std::string& only = sopts.transports.only;
+    const std::string& only = sopts.node.transports.only;
     return Err(s.status().code(), "Engine::Initialize: {}{}",
                only.empty() ? "" : "transport " + only + " was asked for but ", s.status().message());
   }

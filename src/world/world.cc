@@ -119,7 +119,7 @@ Status WorldImpl::Start() {
   const Session::Options sopts = Session::Options::From(cfg_, cfg_.rank, n);
   auto session = Session::Create(sopts);
   if (!session.ok()) {
-    const std::string& only = sopts.transports.only;
+    const std::string& only = sopts.node.transports.only;
     return only.empty() ? session.status()
                         : Err(session.status().code(), "HIXL_TRANSPORT={} but {}", only, session.status().message());
   }

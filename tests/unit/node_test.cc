@@ -17,8 +17,8 @@ Session::Options ShmOptions(int self_id = -1, int identity_ids = 0) {
   Session::Options o;
   o.self_id = self_id;
   o.identity_ids = identity_ids;
-  o.timeout_ms = 10000;
-  o.transports.only = "shm";
+  o.node.timeout_ms = 10000;
+  o.node.transports.only = "shm";
   return o;
 }
 
@@ -42,7 +42,7 @@ TEST(Node, FrontDoorsWithTheSameOptionsShareOneNodeOthersGetTheirOwn) {
   EXPECT_NE(ia, a->self_id());
   // Other options: another node.
   Session::Options relay = ShmOptions();
-  relay.transports.shm_cma = false;
+  relay.node.transports.shm_cma = false;
   auto c = Make(relay);
   ASSERT_TRUE(c);
   EXPECT_NE(c->node(), a->node());

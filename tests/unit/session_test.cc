@@ -102,8 +102,8 @@ TEST(NotifyQueue, BoundedOldestFirstAndClosable) {
 std::unique_ptr<Session> ShmSession(int self_id) {
   Session::Options o;
   o.self_id = self_id;
-  o.timeout_ms = 10000;
-  o.transports.only = "shm";
+  o.node.timeout_ms = 10000;
+  o.node.transports.only = "shm";
   auto s = Session::Create(o);
   EXPECT_TRUE(s.ok()) << s.status().message();
   return s.ok() ? std::move(s.value()) : nullptr;
