@@ -42,7 +42,7 @@ TEST(Node, FrontDoorsWithTheSameOptionsShareOneNodeOthersGetTheirOwn) {
   EXPECT_NE(ia, a->self_id());
   // Other options: another node.
   Session::Options relay = ShmOptions();
-  relay.transports.shm_cma = false;
+  relay.transports.settings["shm_cma"] = "0";
   auto c = Make(relay);
   ASSERT_TRUE(c);
   EXPECT_NE(c->node(), a->node());
