@@ -31,13 +31,6 @@ Result<int64_t> ParseInt(std::string_view name, const std::string& text, int64_t
   return v;
 }
 
-// An on/off value: 0/false/no/off or 1/true/yes/on (empty: on).
-Result<bool> ParseSwitch(std::string_view name, const std::string& text) {
-  if (text == "0" || text == "false" || text == "no" || text == "off") return false;
-  if (text == "1" || text == "true" || text == "yes" || text == "on" || text.empty()) return true;
-  return Err(Errc::kInvalidArg, "{}='{}' must be 0 or 1 (or false/true, no/yes, off/on)", name, text);
-}
-
 struct RankVars {
   const char* rank;
   const char* size;
@@ -55,35 +48,15 @@ constexpr RankVars kRankVars[] = {
 
 }  // namespace
 
-std::string_view TransportChoiceName(TransportChoice t) {
-  switch (t) {
-    case TransportChoice::kShm: return "shm";
-    case TransportChoice::kUcx: return "ucx";
-    default: return "auto";
-  }
-}
-
 Status ParseSharedOption(std::string_view option, std::string_view shown, const std::string& text, SharedOptions* out) {
   if (option == "timeout_ms") {
     HIXL_ASSIGN_OR_RETURN(out->timeout_ms, ParseInt(shown, text, 1, int64_t{1} << 40, Errc::kInvalidArg));
   } else if (option == "notify_queue_depth") {
     HIXL_ASSIGN_OR_RETURN(out->notify_queue_depth, ParseInt(shown, text, 1, 1 << 24, Errc::kInvalidArg));
   } else if (option == "transport") {
-    if (text == "auto" || text.empty()) {
-      out->transport = TransportChoice::kAuto;
-    } else if (text == "shm") {
-      out->transport = TransportChoice::kShm;
-    } else if (text == "ucx") {
-      out->transport = TransportChoice::kUcx;
-    } else {
-      return Err(Errc::kInvalidArg, "{}='{}' is not one of auto, shm, ucx", shown, text);
-    }
+    out->transport = text == "auto" ? std::string() : text;
   } else if (option == "net_dev") {
     out->net_dev = text;
-  } else if (option == "shm_cma") {
-    HIXL_ASSIGN_OR_RETURN(out->shm_cma, ParseSwitch(shown, text));
-  } else if (option == "shm_thp") {
-    HIXL_ASSIGN_OR_RETURN(out->shm_thp, ParseSwitch(shown, text));
   } else {
     return Err(Errc::kInternal, "'{}' is not a shared option", option);
   }

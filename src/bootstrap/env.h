@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -12,18 +13,21 @@
 
 namespace hixl::bootstrap {
 
-enum class TransportChoice { kAuto, kShm, kUcx };
-
 // The switches that every front door takes, with one meaning everywhere:
 // the world reads them from HIXL_* variables, the engine from its options
-// (which default to the same variables).  See kSharedSwitches.
+// (which default to the same variables).  See kSharedSwitches.  The
+// transports' own switches are theirs to parse (transport::Switch): a front
+// door only passes on what it was given for them (transport_settings).
 struct SharedOptions {
-  int64_t timeout_ms = 60000;                          // HIXL_TIMEOUT_MS
-  TransportChoice transport = TransportChoice::kAuto;  // HIXL_TRANSPORT
-  std::string net_dev;                                 // HIXL_NET_DEV
-  bool shm_cma = true;                                 // HIXL_SHM_CMA
-  bool shm_thp = true;                                 // HIXL_SHM_THP: huge-page advice for large registered regions
-  int64_t notify_queue_depth = 1024;                   // HIXL_NOTIFY_QUEUE_DEPTH
+  int64_t timeout_ms = 60000;  // HIXL_TIMEOUT_MS
+  // HIXL_TRANSPORT: the one transport to use, by name ("" = auto, all of
+  // them); the transports check the name.
+  std::string transport;
+  std::string net_dev;                // HIXL_NET_DEV, for the rendezvous's address (the ucx transport reads it too)
+  int64_t notify_queue_depth = 1024;  // HIXL_NOTIFY_QUEUE_DEPTH
+  // Values given for transports' switches, by option name, as written (the
+  // engine's options; the world leaves the transports to their variables).
+  std::map<std::string, std::string> transport_settings;
 };
 
 // Each shared switch: its name as an engine option, and its variable.
@@ -32,20 +36,18 @@ struct SharedSwitch {
   const char* variable;
 };
 inline constexpr SharedSwitch kSharedSwitches[] = {
-    {"timeout_ms", "HIXL_TIMEOUT_MS"}, {"transport", "HIXL_TRANSPORT"},
-    {"net_dev", "HIXL_NET_DEV"},       {"notify_queue_depth", "HIXL_NOTIFY_QUEUE_DEPTH"},
-    {"shm_cma", "HIXL_SHM_CMA"},       {"shm_thp", "HIXL_SHM_THP"},
+    {"timeout_ms", "HIXL_TIMEOUT_MS"},
+    {"transport", "HIXL_TRANSPORT"},
+    {"notify_queue_depth", "HIXL_NOTIFY_QUEUE_DEPTH"},
+    {"net_dev", "HIXL_NET_DEV"},
 };
 
 // Parses `text` as the value of the shared switch `option` (a name of
-// kSharedSwitches) into *out.  Switches are 0/false/no/off or
-// 1/true/yes/on, and empty means on; an empty transport means auto.  On a
+// kSharedSwitches) into *out.  An empty transport or "auto" means all
+// (out->transport empty); another name is kept as written.  On a
 // malformed value returns kInvalidArg with a message naming `shown` (the
 // variable or option as the user wrote it); *out is then unchanged.
 Status ParseSharedOption(std::string_view option, std::string_view shown, const std::string& text, SharedOptions* out);
-
-// The name of a transport choice: "auto", "shm", "ucx".
-std::string_view TransportChoiceName(TransportChoice t);
 
 struct Config : SharedOptions {
   int rank = 0;

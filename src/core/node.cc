@@ -19,20 +19,17 @@ std::vector<std::weak_ptr<Node>>& Nodes() {
 }  // namespace
 
 bool Node::Options::operator==(const Options& o) const {
-  return timeout_ms == o.timeout_ms && transports.shm_cma == o.transports.shm_cma &&
-         transports.shm_thp == o.transports.shm_thp && transports.net_dev == o.transports.net_dev &&
-         transports.only == o.transports.only;
+  // Settings are compared as given: the same value once as an option and
+  // once from the environment makes two nodes (harmless, if wasteful).
+  return timeout_ms == o.timeout_ms && transports.only == o.transports.only &&
+         transports.settings == o.transports.settings;
 }
 
 Node::Options Node::Options::From(const bootstrap::SharedOptions& shared) {
   Options o;
   o.timeout_ms = shared.timeout_ms;
-  o.transports.shm_cma = shared.shm_cma;
-  o.transports.shm_thp = shared.shm_thp;
-  o.transports.net_dev = shared.net_dev;
-  if (shared.transport != bootstrap::TransportChoice::kAuto) {
-    o.transports.only = std::string(bootstrap::TransportChoiceName(shared.transport));
-  }
+  o.transports.only = shared.transport;
+  o.transports.settings = shared.transport_settings;
   return o;
 }
 

@@ -24,8 +24,11 @@ Status Engine::Impl::Start(const std::string& local_engine, const std::map<std::
   auto s = core::Session::Create(sopts);
   if (!s.ok()) {
     const std::string& only = sopts.node.transports.only;
-    return Err(s.status().code(), "Engine::Initialize: {}{}",
-               only.empty() ? "" : "transport " + only + " was asked for but ", s.status().message());
+    // A malformed value (kInvalidArg) names its option or variable itself.
+    return Err(
+        s.status().code(), "Engine::Initialize: {}{}",
+        only.empty() || s.status().code() == Errc::kInvalidArg ? "" : "transport " + only + " was asked for but ",
+        s.status().message());
   }
   session = std::move(s.value());
   // A port > 0: listen there for peers.  Otherwise a free port serves only
@@ -240,9 +243,9 @@ Status Engine::Impl::Dial(const std::string& remote, const engine::HostPort& hp,
                "Engine::Connect: {} cannot be reached with the transports in use here ({}; it offers {}): it is on "
                "another host{}",
                who, session->TransportNames(), theirs,
-               !session->ReachesOtherHosts() && cfg.transport == bootstrap::TransportChoice::kShm
-                   ? " and transport=shm allows only same-host engines"
-                   : "");
+               !session->ReachesOtherHosts() && !cfg.transport.empty()
+                   ? fmt::format(" and transport={} allows only same-host engines", cfg.transport)
+                   : std::string());
   }
   // An engine of this process (this one, or another on the same node) is
   // reached through the node's own peer id, connected already; any other

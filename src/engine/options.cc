@@ -1,4 +1,5 @@
 // The engine's address strings and options.
+#include <algorithm>
 #include <charconv>
 #include <cstdlib>
 #include <random>
@@ -6,6 +7,7 @@
 #include <unistd.h>
 
 #include "engine/engine_impl.h"
+#include "transport/transport.h"
 
 namespace hixl::engine {
 
@@ -49,21 +51,38 @@ Result<HostPort> ParseEngine(const char* what, const std::string& s) {
   return hp;
 }
 
-// Options override the environment; both are parsed by the one parser of
-// the shared switches, so a value means the same as an option and as a
-// variable (and as the world's variable).
+namespace {
+
+// The shared options and every transport's switches, each once.
+std::vector<std::string> KnownOptions() {
+  std::vector<std::string> known;
+  for (const bootstrap::SharedSwitch& sw : bootstrap::kSharedSwitches) known.emplace_back(sw.option);
+  for (const transport::Switch& sw : transport::AllSwitches()) {
+    if (std::find(known.begin(), known.end(), sw.option) == known.end()) known.emplace_back(sw.option);
+  }
+  return known;
+}
+
+}  // namespace
+
+// Options override the environment; the shared ones are parsed by the one
+// parser of the shared switches, so a value means the same as an option and
+// as a variable (and as the world's variable).  The transports' switches
+// are passed on as given, for each transport to parse (a switch not given
+// is read by its transport from its variable).
 Result<bootstrap::SharedOptions> ParseOptions(const std::map<std::string, std::string>& options) {
+  const std::vector<std::string> known = KnownOptions();
   for (const auto& [k, v] : options) {
-    bool known = false;
-    for (const bootstrap::SharedSwitch& sw : bootstrap::kSharedSwitches) known = known || k == sw.option;
-    if (!known) {
-      return Err(Errc::kInvalidArg,
-                 "Engine::Initialize: unknown option '{}' (known: timeout_ms, transport, net_dev, shm_cma, shm_thp, "
-                 "notify_queue_depth)",
-                 k);
+    if (std::find(known.begin(), known.end(), k) == known.end()) {
+      std::string list;
+      for (const std::string& n : known) list += (list.empty() ? "" : ", ") + n;
+      return Err(Errc::kInvalidArg, "Engine::Initialize: unknown option '{}' (known: {})", k, list);
     }
   }
   bootstrap::SharedOptions c;
+  for (const transport::Switch& sw : transport::AllSwitches()) {
+    if (auto it = options.find(sw.option); it != options.end()) c.transport_settings[sw.option] = it->second;
+  }
   for (const bootstrap::SharedSwitch& sw : bootstrap::kSharedSwitches) {
     Status s;
     if (auto it = options.find(sw.option); it != options.end()) {
@@ -72,6 +91,10 @@ Result<bootstrap::SharedOptions> ParseOptions(const std::map<std::string, std::s
       s = bootstrap::ParseSharedOption(sw.option, sw.variable, v, &c);
     }
     if (!s.ok()) return Err(Errc::kInvalidArg, "Engine::Initialize: {}", s.message());
+  }
+  const bool given = options.count("transport") > 0;
+  if (Status s = transport::CheckName(given ? "option transport" : "HIXL_TRANSPORT", c.transport); !s.ok()) {
+    return Err(Errc::kInvalidArg, "Engine::Initialize: {}", s.message());
   }
   return c;
 }

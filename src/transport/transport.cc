@@ -1,16 +1,72 @@
 // The list of transports compiled into the library.  Adding a transport
-// means adding it here and in src/CMakeLists.txt; the core is untouched.
+// means adding it here (CreateTransports, AllSwitches, BuiltInNames) and in
+// src/CMakeLists.txt; the core is untouched.
 #include "transport/transport.h"
 
+#include <algorithm>
+#include <cstdlib>
+
 #include "base/log.h"
+#include "transport/shm/options.h"
 #include "transport/shm/shm_transport.h"
 #ifdef HIXL_HAVE_UCX
+#include "transport/ucx/options.h"
 #include "transport/ucx/ucx_transport.h"
 #endif
 
 namespace hixl::transport {
 
+std::optional<SwitchValue> LookUp(const Options& options, const Switch& sw) {
+  if (auto it = options.settings.find(sw.option); it != options.settings.end()) {
+    return SwitchValue{std::string("option ") + sw.option, it->second};
+  }
+  if (const char* v = std::getenv(sw.variable)) return SwitchValue{sw.variable, v};
+  return std::nullopt;
+}
+
+std::vector<std::string> BuiltInNames() {
+  std::vector<std::string> out = {"shm"};
+#ifdef HIXL_HAVE_UCX
+  out.emplace_back("ucx");
+#endif
+  return out;
+}
+
+Status CheckName(std::string_view shown, std::string_view name) {
+  const std::vector<std::string> names = BuiltInNames();
+  if (name.empty() || name == "auto" || std::find(names.begin(), names.end(), name) != names.end()) {
+    return Status::Ok();
+  }
+  std::string list;
+  for (const std::string& n : names) list += n + ", ";
+  return Err(Errc::kInvalidArg, "{}='{}': this build of hixl has no {} transport (built in: {}or auto)", shown, name,
+             name, list);
+}
+
+std::vector<Switch> AllSwitches() {
+  std::vector<Switch> out;
+  auto add = [&out](const std::vector<Switch>& more) {
+    for (const Switch& sw : more) {
+      const bool seen = std::any_of(out.begin(), out.end(),
+                                    [&sw](const Switch& o) { return std::string_view(o.option) == sw.option; });
+      if (!seen) out.push_back(sw);
+    }
+  };
+  add(shm::Switches());
+#ifdef HIXL_HAVE_UCX
+  add(ucx::Switches());
+#endif
+  return out;
+}
+
 Result<std::vector<std::unique_ptr<Transport>>> CreateTransports(Host* host, const Options& options) {
+  HIXL_RETURN_IF_ERROR(CheckName("transport", options.only));
+  // Every built-in transport's switches are checked, used or not, so that a
+  // malformed value is refused whichever transports are asked for.
+  HIXL_RETURN_IF_ERROR(shm::ParseOptions(options).status());
+#ifdef HIXL_HAVE_UCX
+  HIXL_RETURN_IF_ERROR(ucx::ParseOptions(options).status());
+#endif
   std::vector<std::unique_ptr<Transport>> out;
   auto wanted = [&](std::string_view name) { return options.only.empty() || options.only == name; };
   // Order of preference: the core gives each peer the first transport that

@@ -7,11 +7,18 @@
 // peer's address (or the one HIXL_TRANSPORT names).  Regions are registered
 // with every transport; a region's key blobs travel to peers in the region
 // table, and a peer turns the blob of its chosen transport into a RemoteKey.
+//
+// Transports are self-contained: each parses its own switches (an engine
+// option and a HIXL_* variable each, see Switch) from Options::settings and
+// the environment.  Adding a transport touches only its folder, the list in
+// transport.cc (CreateTransports, AllSwitches, BuiltInNames) and CMake.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -77,12 +84,38 @@ class Host {
   virtual bool AccessLocalRange(uint64_t addr, uint64_t len, const std::function<void()>& fn) const = 0;
 };
 
+// What a front door asks of the transports, in transport-neutral terms.
 struct Options {
-  bool shm_cma = true;  // HIXL_SHM_CMA
-  bool shm_thp = true;  // HIXL_SHM_THP: advise huge pages for large registered regions
-  std::string net_dev;  // HIXL_NET_DEV
-  std::string only;     // HIXL_TRANSPORT / the engine's "transport": the one transport to use ("" = all)
+  std::string only;  // HIXL_TRANSPORT / the engine's "transport": the one transport to use ("" = all)
+  // The values a front door was given for transports' switches, by option
+  // name (Switch::option), as written.  A switch absent here is read by its
+  // transport from its variable (Switch::variable).
+  std::map<std::string, std::string> settings;
 };
+
+// One switch of one transport: its name as an engine option, its HIXL_*
+// variable and a line of help.
+struct Switch {
+  const char* option;
+  const char* variable;
+  const char* help;
+};
+
+// The value a switch was given: from options.settings (shown as "option
+// NAME"), else from the environment (shown as the variable), else nothing.
+struct SwitchValue {
+  std::string shown;  // how the user wrote it, for messages
+  std::string text;
+};
+std::optional<SwitchValue> LookUp(const Options& options, const Switch& sw);
+
+// Every switch of every transport built in, each once.
+std::vector<Switch> AllSwitches();
+// The names of the transports built in, in order of preference.
+std::vector<std::string> BuiltInNames();
+// Ok when `name` is empty, "auto" or in BuiltInNames(); else kInvalidArg
+// naming `shown` (the variable or option as written) and listing the names.
+Status CheckName(std::string_view shown, std::string_view name);
 
 class Transport {
  public:
@@ -166,8 +199,10 @@ class Transport {
 
 // Every transport built into this library, in order of preference; one that
 // is built in but cannot start here is left out (and logged).  With
-// options.only, just that one: kUnsupported saying why when it is not built
-// in or cannot start.
+// options.only, just that one: kInvalidArg listing BuiltInNames() when it
+// is not built in, kUnsupported saying why when it cannot start.  A
+// malformed switch value (options.settings or a HIXL_* variable) is
+// kInvalidArg naming the option or variable as written.
 Result<std::vector<std::unique_ptr<Transport>>> CreateTransports(Host* host, const Options& options);
 
 }  // namespace hixl::transport

@@ -11,6 +11,7 @@
 #include "base/log.h"
 #include "base/socket.h"
 #include "bootstrap/pmix.h"
+#include "transport/transport.h"
 
 namespace hixl::core {
 
@@ -33,6 +34,10 @@ Status InitCurrent() {
   std::lock_guard lock(g_mu);
   if (g_world.load()) return Err(Errc::kAlreadyInitialized, "hixl_init called twice");
   HIXL_ASSIGN_OR_RETURN(bootstrap::Config cfg, bootstrap::ParseConfig(bootstrap::ProcessEnv()));
+  // A malformed configuration is a kBootstrap error, as ParseConfig's are.
+  if (Status s = transport::CheckName("HIXL_TRANSPORT", cfg.transport); !s.ok()) {
+    return Status(Errc::kBootstrap, s.message());
+  }
   HIXL_ASSIGN_OR_RETURN(std::unique_ptr<WorldImpl> w, WorldImpl::Create(cfg));
   g_world.store(w.release(), std::memory_order_release);
   g_finalized = false;
@@ -120,6 +125,9 @@ Status WorldImpl::Start() {
   auto session = Session::Create(sopts);
   if (!session.ok()) {
     const std::string& only = sopts.node.transports.only;
+    // A malformed transport switch (kInvalidArg) names its variable itself
+    // and is a malformed configuration, as ParseConfig's errors are.
+    if (session.status().code() == Errc::kInvalidArg) return Status(Errc::kBootstrap, session.status().message());
     return only.empty() ? session.status()
                         : Err(session.status().code(), "HIXL_TRANSPORT={} but {}", only, session.status().message());
   }
@@ -178,9 +186,9 @@ Status WorldImpl::ConnectPeers() {
                  "{}",
                  r, rec->host, session_->TransportNames(),
                  session_->ReachesOtherHosts() ? ""
-                 : cfg_.transport == bootstrap::TransportChoice::kShm
-                     ? " and HIXL_TRANSPORT=shm allows only same-host peers"
-                     : " and no network transport is available");
+                 : !cfg_.transport.empty()
+                     ? fmt::format(" and HIXL_TRANSPORT={} allows only same-host peers", cfg_.transport)
+                     : std::string(" and no network transport is available"));
     }
     // Rank r is the transports' peer id r (Session::Options::identity_ids);
     // this process itself is connected by the node already.

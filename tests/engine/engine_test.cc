@@ -718,7 +718,16 @@ TEST(EngineLifecycle, CallsBeforeInitializeAfterFinalizeAndBadOptions) {
   EXPECT_EQ(hixl::Engine::LastErrorCode(), HIXL_ERR_NOT_INITIALIZED);
   EXPECT_EQ(e.Initialize("127.0.0.1", {{"no_such_option", "1"}}), hixl::PARAM_INVALID);
   EXPECT_NE(std::string(hixl::Engine::LastError()).find("no_such_option"), std::string::npos);
+  // The known options listed include the transports' own switches.
+  EXPECT_NE(std::string(hixl::Engine::LastError()).find("shm_cma"), std::string::npos) << hixl::Engine::LastError();
   EXPECT_EQ(e.Initialize("127.0.0.1", {{"timeout_ms", "soon"}}), hixl::PARAM_INVALID);
+  // A transport's switch is parsed by the transport: a malformed value
+  // still fails Initialize with PARAM_INVALID, naming the option.
+  EXPECT_EQ(e.Initialize("127.0.0.1", {{"shm_cma", "maybe"}}), hixl::PARAM_INVALID);
+  EXPECT_NE(std::string(hixl::Engine::LastError()).find("option shm_cma='maybe'"), std::string::npos)
+      << hixl::Engine::LastError();
+  EXPECT_EQ(e.Initialize("127.0.0.1", {{"transport", "bogus"}}), hixl::PARAM_INVALID);
+  EXPECT_NE(std::string(hixl::Engine::LastError()).find("shm"), std::string::npos) << hixl::Engine::LastError();
   EXPECT_EQ(e.Initialize("[::1", {}), hixl::PARAM_INVALID);
   EXPECT_EQ(e.Initialize("", {}), hixl::PARAM_INVALID);
   ASSERT_EQ(e.Initialize("127.0.0.1", {}), hixl::SUCCESS) << hixl::Engine::LastError();  // after failed tries

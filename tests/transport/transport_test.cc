@@ -163,7 +163,7 @@ class TransportTest : public ::testing::TestWithParam<Config> {
     for (int r = 0; r < 2; ++r) {
       Options options;
       options.only = GetParam().transport;
-      options.shm_cma = GetParam().shm_cma;
+      options.settings["shm_cma"] = GetParam().shm_cma ? "1" : "0";
       auto ts = CreateTransports(hosts_[r].get(), options);
       ASSERT_TRUE(ts.ok()) << ts.status().message();
       ASSERT_EQ(ts.value().size(), 1u);

@@ -42,7 +42,7 @@ TEST(Node, FrontDoorsWithTheSameOptionsShareOneNodeOthersGetTheirOwn) {
   EXPECT_NE(ia, a->self_id());
   // Other options: another node.
   Session::Options relay = ShmOptions();
-  relay.node.transports.shm_cma = false;
+  relay.node.transports.settings["shm_cma"] = "0";
   auto c = Make(relay);
   ASSERT_TRUE(c);
   EXPECT_NE(c->node(), a->node());

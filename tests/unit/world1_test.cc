@@ -177,6 +177,22 @@ TEST_F(World1Test, EverythingFailsAfterFinalize) {
   EXPECT_THAT(LastError(), HasSubstr("hixl_finalize called twice"));
 }
 
+// Malformed transport settings fail hixl_init as a bad environment, naming
+// the variable (HIXL_SHM_CMA is parsed by the shm transport, HIXL_TRANSPORT
+// checked against the transports built in); the next try works.
+TEST_F(World1Test, BadTransportVariablesFailInit) {
+  ::setenv("HIXL_SHM_CMA", "maybe", 1);
+  EXPECT_EQ(hixl_init(), HIXL_ERR_BOOTSTRAP);
+  EXPECT_NE(std::string(LastError()).find("HIXL_SHM_CMA='maybe'"), std::string::npos) << LastError();
+  ::unsetenv("HIXL_SHM_CMA");
+  ::setenv("HIXL_TRANSPORT", "bogus", 1);
+  EXPECT_EQ(hixl_init(), HIXL_ERR_BOOTSTRAP);
+  EXPECT_NE(std::string(LastError()).find("HIXL_TRANSPORT='bogus'"), std::string::npos) << LastError();
+  EXPECT_NE(std::string(LastError()).find("shm"), std::string::npos) << LastError();
+  ::unsetenv("HIXL_TRANSPORT");
+  Init();
+}
+
 TEST_F(World1Test, InitTwiceThenReinit) {
   ASSERT_NO_FATAL_FAILURE(Init());
   EXPECT_EQ(hixl_init(), HIXL_ERR_ALREADY_INITIALIZED);

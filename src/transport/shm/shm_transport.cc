@@ -23,6 +23,7 @@
 #include "transport/shm/cma.h"
 #include "transport/shm/fd_channel.h"
 #include "transport/shm/mapping.h"
+#include "transport/shm/options.h"
 #include "transport/shm/peer.h"
 #include "transport/shm/relay.h"
 
@@ -50,7 +51,7 @@ uint64_t NamespaceInode(const char* path) {
 
 class ShmTransport final : public Transport {
  public:
-  ShmTransport(Host* host, const Options& options) : host_(host), options_(options) {}
+  ShmTransport(Host* host, const ShmOptions& options) : host_(host), options_(options) {}
   ~ShmTransport() override { Shutdown(); }
 
   Status Start() {
@@ -94,7 +95,7 @@ class ShmTransport final : public Transport {
     }
     p->rank = peer;
     p->self = peer == host_->rank();
-    p->use_cma = options_.shm_cma;
+    p->use_cma = options_.cma;
     std::lock_guard lock(peers_mu_);
     if (peers_.size() <= static_cast<size_t>(peer)) peers_.resize(static_cast<size_t>(peer) + 1);
     peers_[static_cast<size_t>(peer)] = std::move(p);
@@ -106,7 +107,7 @@ class ShmTransport final : public Transport {
       return Err(Errc::kUnsupported, "shm: this transport moves host memory only");
     }
     if (region.backing_fd < 0) {
-      if (options_.shm_thp) AdviseHugePages(region.base, region.len);
+      if (options_.thp) AdviseHugePages(region.base, region.len);
       return std::string();
     }
     {
@@ -400,7 +401,7 @@ class ShmTransport final : public Transport {
   }
 
   Host* const host_;
-  const Options options_;
+  const ShmOptions options_;
   // Atomics: on mapped (heap) words and on this process's own memory the
   // origin applies them; elsewhere the target's progress thread does, through
   // the relay.  Batch: cross-memory attach moves up to 64 pieces per call.
@@ -431,7 +432,8 @@ std::string HostIdentity() {
 }
 
 Result<std::unique_ptr<Transport>> CreateShmTransport(Host* host, const Options& options) {
-  auto t = std::make_unique<ShmTransport>(host, options);
+  HIXL_ASSIGN_OR_RETURN(const ShmOptions parsed, ParseOptions(options));
+  auto t = std::make_unique<ShmTransport>(host, parsed);
   HIXL_RETURN_IF_ERROR(t->Start());
   return std::unique_ptr<Transport>(std::move(t));
 }

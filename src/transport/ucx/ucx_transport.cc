@@ -14,6 +14,7 @@
 #include "transport/ucx/atomics.h"
 #include "transport/ucx/endpoint.h"
 #include "transport/ucx/memory.h"
+#include "transport/ucx/options.h"
 #include "transport/ucx/rma.h"
 #include "transport/ucx/worker.h"
 
@@ -33,7 +34,7 @@ std::string HostName() {
 
 class UcxTransport final : public Transport {
  public:
-  UcxTransport(Host* host, const Options& options) : host_(host), options_(options) {}
+  UcxTransport(Host* host, const UcxOptions& options) : host_(host), options_(options) {}
 
   ~UcxTransport() override {
     Shutdown();
@@ -180,7 +181,7 @@ class UcxTransport final : public Transport {
   }
 
   Host* const host_;
-  const Options options_;
+  const UcxOptions options_;
   // Device memory: RegisterRegion maps host memory only (UCS_MEMORY_TYPE_HOST).
   // Loopback: the endpoint to this process itself uses UCX's `self`
   // transport.  Atomics: the context asks for UCP_FEATURE_AMO64 and UCX
@@ -206,7 +207,8 @@ class UcxTransport final : public Transport {
 }  // namespace
 
 Result<std::unique_ptr<Transport>> CreateUcxTransport(Host* host, const Options& options) {
-  auto t = std::make_unique<UcxTransport>(host, options);
+  HIXL_ASSIGN_OR_RETURN(const UcxOptions parsed, ParseOptions(options));
+  auto t = std::make_unique<UcxTransport>(host, parsed);
   HIXL_RETURN_IF_ERROR(t->Start());
   return std::unique_ptr<Transport>(std::move(t));
 }

@@ -35,7 +35,7 @@ constexpr UcxDefault kTcpDefaults[] = {
 
 // A UCP context from the UCX_* variables, HIXL_NET_DEV and, if asked,
 // hixl's TCP settings.
-Result<ucp_context_h> CreateContext(const Options& options, bool tune_tcp) {
+Result<ucp_context_h> CreateContext(const UcxOptions& options, bool tune_tcp) {
   ucp_config_t* config = nullptr;
   ucs_status_t st = ucp_config_read(nullptr, nullptr, &config);
   if (st != UCS_OK) {
@@ -96,7 +96,7 @@ bool HasTcpResource(ucp_context_h context) {
 
 }  // namespace
 
-Result<std::shared_ptr<Worker>> Worker::Create(const Options& options) {
+Result<std::shared_ptr<Worker>> Worker::Create(const UcxOptions& options) {
   auto w = std::make_shared<Worker>();
   // UCX emulates RMA over TCP with active messages of at most one TCP
   // segment (8 KiB by default): every segment costs a system call and a

@@ -14,6 +14,7 @@
 
 #include "base/socket.h"
 #include "transport/transport.h"
+#include "transport/ucx/options.h"
 
 namespace hixl::transport::ucx {
 
@@ -23,7 +24,7 @@ class Worker {
  public:
   // A context from the UCX_* variables, HIXL_NET_DEV (options.net_dev) and
   // hixl's TCP settings, and a worker on it.
-  static Result<std::shared_ptr<Worker>> Create(const Options& options);
+  static Result<std::shared_ptr<Worker>> Create(const UcxOptions& options);
 
   Worker() = default;
   Worker(const Worker&) = delete;

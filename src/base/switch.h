@@ -1,0 +1,16 @@
+// On/off switches as the user writes them (HIXL_* variables, engine
+// options): one parser for every layer, so a value means the same
+// everywhere.
+#pragma once
+
+#include <string_view>
+
+#include "base/status.h"
+
+namespace hixl {
+
+// 0/false/no/off or 1/true/yes/on (empty: on).  A malformed value is
+// kInvalidArg naming `shown` (the variable or option as the user wrote it).
+Result<bool> ParseSwitch(std::string_view shown, std::string_view text);
+
+}  // namespace hixl
