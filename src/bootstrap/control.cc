@@ -202,6 +202,19 @@ uint16_t ControlServer::port() const {
   return impl_->first_port;
 }
 
+Status ControlClient::Connect(int64_t timeout_ms) {
+  std::lock_guard lock(mu_);
+  if (failed_) return Err(Errc::kPeerFailed, "{} is unreachable (its control connection failed earlier)", name_);
+  if (fd_.valid()) return Status::Ok();
+  auto fd = net::Connect(host_, port_, net::DeadlineIn(timeout_ms));
+  if (!fd.ok()) {
+    failed_ = true;
+    return Err(fd.status().code(), "cannot reach {} at {}:{}: {}", name_, host_, port_, fd.status().message());
+  }
+  fd_ = std::move(fd.value());
+  return Status::Ok();
+}
+
 Result<std::string> ControlClient::Call(uint8_t type, std::string_view payload, int64_t timeout_ms) {
   std::lock_guard lock(mu_);
   const auto deadline = net::DeadlineIn(timeout_ms);

@@ -65,6 +65,13 @@ class ControlClient {
   // `peer_name` names the peer in error messages ("rank 3", "engine 10.0.0.1:5000").
   ControlClient(int my_rank, int peer_rank, std::string host, uint16_t port, std::string peer_name)
       : my_rank_(my_rank), peer_(peer_rank), host_(std::move(host)), port_(port), name_(std::move(peer_name)) {}
+  // Connects now if not connected (Call connects on first need otherwise):
+  // kTimeout when nobody accepted at host:port before the timeout, another
+  // code when the connection failed for another reason.  Blocks until then.
+  Status Connect(int64_t timeout_ms);
+  // One request and its reply, connecting first if needed.  A connection
+  // that cannot be made, or fails mid-call, is kPeerFailed (kTimeout when
+  // the reply did not come in time); either way later calls fail at once.
   Result<std::string> Call(uint8_t type, std::string_view payload, int64_t timeout_ms);
   void Close();
 

@@ -1,6 +1,7 @@
 // The engine's life cycle, the control requests it serves, its connections
 // and its memory.
 #include <algorithm>
+#include <chrono>
 
 #include "base/log.h"
 #include "base/socket.h"
@@ -219,14 +220,25 @@ Status Engine::Impl::Dial(const std::string& remote, const engine::HostPort& hp,
   hello.callback_port = session->port();
   hello.id_for_server = id;
   bootstrap::ControlClient dial(-1, -1, hp.host, hp.port, who);
-  auto reply = dial.Call(core::Wire(ControlMsg::kHello), core::Encode(hello), timeout_ms);
+  const auto start = std::chrono::steady_clock::now();
+  // Nobody listening there (yet): Connect retries until the deadline.
+  if (Status c = dial.Connect(timeout_ms); !c.ok()) {
+    if (c.code() == Errc::kTimeout) {
+      return Err(Errc::kTimeout, "Engine::Connect: no engine answered at {} within {} ms: {}", remote, timeout_ms,
+                 c.message());
+    }
+    return Err(Errc::kPeerFailed, "Engine::Connect: {}", c.message());
+  }
+  // The reply gets what is left of the one timeout.
+  const auto spent =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
+  auto reply = dial.Call(core::Wire(ControlMsg::kHello), core::Encode(hello),
+                         std::max<int64_t>(1, int64_t{timeout_ms} - spent));
   dial.Close();
   if (!reply.ok()) {
-    // Nobody listening there (yet): net::Connect retries until the deadline.
-    const Status st = reply.status();
-    if (st.code() == Errc::kTimeout || st.message().find("before the timeout") != std::string::npos) {
-      return Err(Errc::kTimeout, "Engine::Connect: no engine answered at {} within {} ms: {}", remote, timeout_ms,
-                 reply.status().message());
+    if (reply.status().code() == Errc::kTimeout) {
+      return Err(Errc::kTimeout, "Engine::Connect: the engine at {} did not answer within {} ms: {}", remote,
+                 timeout_ms, reply.status().message());
     }
     return Err(Errc::kPeerFailed, "Engine::Connect: {}", reply.status().message());
   }
