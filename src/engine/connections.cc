@@ -232,8 +232,8 @@ Status Engine::Impl::Dial(const std::string& remote, const engine::HostPort& hp,
   // The reply gets what is left of the one timeout.
   const auto spent =
       std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
-  auto reply = dial.Call(core::Wire(ControlMsg::kHello), core::Encode(hello),
-                         std::max<int64_t>(1, int64_t{timeout_ms} - spent));
+  auto reply =
+      dial.Call(core::Wire(ControlMsg::kHello), core::Encode(hello), std::max<int64_t>(1, int64_t{timeout_ms} - spent));
   dial.Close();
   if (!reply.ok()) {
     if (reply.status().code() == Errc::kTimeout) {

@@ -39,30 +39,30 @@ int Guard(F&& f) noexcept {
   }
 }
 
-#define WORLD_OR_FAIL(w, api)                       \
-  hixl::core::WorldImpl* w = hixl::core::Current(); \
-  if (!w) return hixl::core::NotInitialized(api)
+#define WORLD_OR_FAIL(w, api)                         \
+  hixl::world::WorldImpl* w = hixl::world::Current(); \
+  if (!w) return hixl::world::NotInitialized(api)
 
 }  // namespace
 
 extern "C" {
 
 int hixl_init(void) {
-  return Guard([] { return hixl::core::InitCurrent(); });
+  return Guard([] { return hixl::world::InitCurrent(); });
 }
 
 int hixl_finalize(void) {
-  return Guard([] { return hixl::core::FinalizeCurrent(); });
+  return Guard([] { return hixl::world::FinalizeCurrent(); });
 }
 
 int hixl_rank(void) {
-  hixl::core::WorldImpl* w = hixl::core::Current();
-  return w ? w->rank() : Report(hixl::core::NotInitialized("hixl_rank"));
+  hixl::world::WorldImpl* w = hixl::world::Current();
+  return w ? w->rank() : Report(hixl::world::NotInitialized("hixl_rank"));
 }
 
 int hixl_world_size(void) {
-  hixl::core::WorldImpl* w = hixl::core::Current();
-  return w ? w->size() : Report(hixl::core::NotInitialized("hixl_world_size"));
+  hixl::world::WorldImpl* w = hixl::world::Current();
+  return w ? w->size() : Report(hixl::world::NotInitialized("hixl_world_size"));
 }
 
 void* hixl_alloc(size_t size) {
@@ -149,7 +149,7 @@ int hixl_wait_until(const uint64_t* sig_addr, int cmp, uint64_t value, int64_t t
 }
 
 int hixl_test(const uint64_t* sig_addr, int cmp, uint64_t value) {
-  auto r = hixl::core::TestSignal(sig_addr, cmp, value);
+  auto r = hixl::world::TestSignal(sig_addr, cmp, value);
   if (!r.ok()) return Report(hixl::Status(r.status().code(), "hixl_test: " + r.status().message()));
   return r.value() ? 1 : 0;
 }

@@ -8,13 +8,13 @@ namespace hixl {
 
 namespace {
 // The world, or the kNotInitialized status naming `api`.
-#define HIXL_WORLD_OR_RETURN(w, api)    \
-  core::WorldImpl* w = core::Current(); \
-  if (!w) return core::NotInitialized(api)
+#define HIXL_WORLD_OR_RETURN(w, api)      \
+  world::WorldImpl* w = world::Current(); \
+  if (!w) return world::NotInitialized(api)
 }  // namespace
 
 Result<World> World::Init() {
-  HIXL_RETURN_IF_ERROR(core::InitCurrent());
+  HIXL_RETURN_IF_ERROR(world::InitCurrent());
   return World();
 }
 
@@ -31,18 +31,18 @@ World::~World() {
 }
 
 Status World::Finalize() {
-  if (!live_) return core::NotInitialized("World::Finalize");
+  if (!live_) return world::NotInitialized("World::Finalize");
   live_ = false;
-  return core::FinalizeCurrent();
+  return world::FinalizeCurrent();
 }
 
 int World::rank() const {
-  core::WorldImpl* w = core::Current();
+  world::WorldImpl* w = world::Current();
   return w ? w->rank() : HIXL_ERR_NOT_INITIALIZED;
 }
 
 int World::size() const {
-  core::WorldImpl* w = core::Current();
+  world::WorldImpl* w = world::Current();
   return w ? w->size() : HIXL_ERR_NOT_INITIALIZED;
 }
 
@@ -103,7 +103,7 @@ Status World::WaitUntil(const uint64_t* sig, Cmp cmp, uint64_t value, int64_t ti
 }
 
 bool World::Test(const uint64_t* sig, Cmp cmp, uint64_t value) {
-  auto r = core::TestSignal(sig, static_cast<int>(cmp), value);
+  auto r = world::TestSignal(sig, static_cast<int>(cmp), value);
   return r.ok() && r.value();
 }
 
@@ -164,7 +164,7 @@ Result<Registration> Registration::Make(void* addr, size_t size) {
 Registration& Registration::operator=(Registration&& o) noexcept {
   if (this != &o) {
     if (addr_) {
-      if (core::WorldImpl* w = core::Current()) (void)w->Deregister(addr_);
+      if (world::WorldImpl* w = world::Current()) (void)w->Deregister(addr_);
     }
     addr_ = std::exchange(o.addr_, nullptr);
   }
@@ -173,7 +173,7 @@ Registration& Registration::operator=(Registration&& o) noexcept {
 
 Registration::~Registration() {
   if (!addr_) return;
-  if (core::WorldImpl* w = core::Current()) (void)w->Deregister(addr_);
+  if (world::WorldImpl* w = world::Current()) (void)w->Deregister(addr_);
 }
 
 Result<std::string> World::PeerTransport(int rank) const {

@@ -13,7 +13,11 @@
 #include "bootstrap/pmix.h"
 #include "transport/transport.h"
 
-namespace hixl::core {
+namespace hixl::world {
+
+using core::DecodePeerRecord;
+using core::Encode;
+using core::PeerRecord;
 
 namespace {
 
@@ -400,4 +404,4 @@ std::string_view WorldImpl::TransportFor(int peer) const {
   return this->peer(peer).transport().name();
 }
 
-}  // namespace hixl::core
+}  // namespace hixl::world

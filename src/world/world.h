@@ -21,7 +21,12 @@
 #include "transport/transport.h"
 #include "world/heap.h"
 
-namespace hixl::core {
+namespace hixl::world {
+
+// The core's session layer, which the world is a front door over.
+using core::NotifyQueue;
+using core::PeerSession;
+using core::Session;
 
 class WorldImpl final : private Session::Delegate {
  public:
@@ -107,4 +112,4 @@ Status FinalizeCurrent();
 // kNotInitialized explaining whether init has not happened yet or finalize has.
 Status NotInitialized(const char* api);
 
-}  // namespace hixl::core
+}  // namespace hixl::world

@@ -11,7 +11,9 @@
 
 #include "world/world.h"
 
-namespace hixl::core {
+namespace hixl::world {
+
+using core::ControlMsg;
 
 namespace {
 
@@ -149,4 +151,4 @@ Status WorldImpl::TakeNotifications(size_t max, bool wait, int64_t timeout_ms, s
   return Status::Ok();
 }
 
-}  // namespace hixl::core
+}  // namespace hixl::world
