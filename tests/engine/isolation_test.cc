@@ -18,6 +18,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <ostream>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -46,7 +47,13 @@ struct Variant {
   const char* name;
   std::map<std::string, std::string> options;
   bool cma;  // a stopped peer does not hold a transfer up (cross-memory attach needs no help from it)
+  // UCX 1.13 keeps the TCP connection under a closed endpoint (and the
+  // peer's reply endpoint on it) open until the worker goes: at most one
+  // descriptor per cycle on each side (README, known limitations).
+  bool keeps_connections = false;
 };
+
+void PrintTo(const Variant& v, std::ostream* os) { *os << v.name; }
 
 int64_t MsSince(Clock::time_point t) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t).count();
@@ -261,7 +268,7 @@ TEST_P(IsolationTest, ConnectTransferDisconnectCyclesReleaseEverything) {
   for (auto [who, a, b] : {std::tuple{"client", client0, client1}, std::tuple{"server", server0, server1}}) {
     SCOPED_TRACE(std::string(who) + " after " + std::to_string(n) + " cycles: before " + hixl::test::StatsLine(a) +
                  ", after " + hixl::test::StatsLine(b) + " (fds threads pages maps)");
-    EXPECT_LE(b.fds, a.fds);
+    EXPECT_LE(b.fds, a.fds + (GetParam().keeps_connections ? n : 0));
     EXPECT_LE(b.threads, a.threads);
     EXPECT_LE(b.vm_pages, a.vm_pages + kPages);
     EXPECT_LE(b.maps, a.maps + 16);
@@ -272,7 +279,7 @@ std::vector<Variant> Variants() {
   std::vector<Variant> v = {{"shm_cma", {{"transport", "shm"}}, true},
                             {"shm_relay", {{"transport", "shm"}, {"shm_cma", "0"}}, false}};
 #ifdef HIXL_TEST_HAVE_UCX
-  v.push_back({"ucx", {{"transport", "ucx"}}, false});
+  v.push_back({"ucx", {{"transport", "ucx"}}, false, true});
 #endif
   return v;
 }

@@ -110,6 +110,10 @@ Status WaitNotPosted(Peer* p, const RelayContext& cx, Slot& s) {
       continue;
     }
     if (::kill(p->pid, 0) != 0 && errno == ESRCH) {
+      // Nobody will serve the ring again: what is posted is dropped (this
+      // failure reports it), so that later flushes to this peer, and
+      // flushes of every peer, do not meet it again.
+      for (auto& slot : Channel(p)->slot) slot.state.store(kFree, std::memory_order_relaxed);
       return Err(Errc::kPeerFailed, "rank {} (pid {}) exited with a relayed transfer pending", p->rank, p->pid);
     }
     if (net::Clock::now() >= deadline) {
