@@ -105,12 +105,14 @@ void Node::Detach(const std::vector<int>& ids) {
     if (--doors_ == 0) return;  // the node goes, and everything its transports hold with it
   }
   // Other front doors go on: the transports let go of this one's peers.
-  for (int id : ids) {
-    if (id == self_id_) continue;
-    for (auto& t : transports_) t->Disconnect(id);
-    std::lock_guard lock(ids_mu_);
-    ids_.erase(id);
-  }
+  for (int id : ids) FreeId(id);
+}
+
+void Node::FreeId(int id) {
+  if (id == self_id_) return;
+  for (auto& t : transports_) t->Disconnect(id);
+  std::lock_guard lock(ids_mu_);
+  ids_.erase(id);
 }
 
 bool Node::AccessLocalRange(uint64_t addr, uint64_t len, const std::function<void()>& fn) const {

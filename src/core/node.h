@@ -76,6 +76,8 @@ class Node final : public transport::Host {
 
   // A fresh peer id (the lowest free one), for a front door's new peer.
   int AllocateId();
+  // Disconnects `id` from every transport, then frees it for AllocateId.
+  void FreeId(int id);
 
   // Registers `region` with every transport, or counts one more reference
   // where exactly this range (and heap flag) is registered already (through

@@ -1,5 +1,7 @@
 #include "core/session.h"
 
+#include <algorithm>
+
 #include "base/log.h"
 
 namespace hixl::core {
@@ -66,6 +68,16 @@ int Session::NewPeerId() {
   std::lock_guard lock(ids_mu_);
   ids_.push_back(id);
   return id;
+}
+
+void Session::ReleasePeerId(int id) {
+  {
+    std::lock_guard lock(ids_mu_);
+    auto it = std::find(ids_.begin(), ids_.end(), id);
+    if (it == ids_.end()) return;
+    ids_.erase(it);
+  }
+  node_->FreeId(id);
 }
 
 PublishedAddresses Session::Addresses() const {

@@ -126,6 +126,9 @@ class Session final {
   const std::shared_ptr<Node>& node() const { return node_; }
   // A new transport peer id for a peer of this front door, released with it.
   int NewPeerId();
+  // Disconnects the peer id from every transport (Transport::Disconnect)
+  // and gives it back to the node.
+  void ReleasePeerId(int id);
 
   // --- transports
   const std::vector<std::unique_ptr<transport::Transport>>& transports() const { return node_->transports(); }

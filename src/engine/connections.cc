@@ -269,6 +269,7 @@ Status Engine::Impl::Dial(const std::string& remote, const engine::HostPort& hp,
       return Err(s.code(), "Engine::Connect: {} transport to {}: {}", choice.transport->name(), who, s.message());
     }
   }
+  c->owns_peer_id = !choice.self;
   c->peer = std::make_shared<core::PeerSession>(
       peer_id, who, choice.transport,
       std::make_shared<bootstrap::ControlClient>(r->id_for_client, id, hp.host, hp.port, who));
@@ -288,8 +289,19 @@ Status Engine::Impl::Disconnect(const std::string& remote, int32_t timeout_ms) {
     conns.erase(it);
     conns_by_id.erase(c->id);
   }
+  const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
   if (!c->broken)
     (void)c->peer->Call(ControlMsg::kBye, {}, timeout_ms);  // it may have gone; we are disconnected anyway
+  // Everything the connection took goes now: the transport's resources for
+  // the peer (relay channel, mappings, endpoint; transfers in flight are
+  // waited for until the deadline), its peer id and its control connection
+  // (with the last reference to the Conn).
+  if (c->owns_peer_id) {
+    std::lock_guard lock(c->release_mu);
+    c->released = true;
+    const transport::CallDeadline bound(deadline);
+    session->ReleasePeerId(c->peer->id());
+  }
   return Status::Ok();
 }
 

@@ -79,13 +79,21 @@ struct Engine::Impl final : private core::Session::Delegate {
     int id = -1;       // how it names us in calls back (conns_by_id); peer->id() is the transports' id
     int32_t our_id_there = -1;
     std::shared_ptr<core::PeerSession> peer;  // its transport, control client and region table
+    bool owns_peer_id = false;                // peer->id() was taken for it (not the node's self id)
+    // Held while the transport lets go of the peer; `released` once
+    // Disconnect gave the id back (which a new connection may then take).
+    std::mutex release_mu;
+    bool released = false;  // guarded by release_mu
     std::mutex mu;
     std::atomic<bool> broken{false};
     std::string broken_reason;  // guarded by mu
 
-    void Break(const std::string& why) {
+    // True for the call that broke it.
+    bool Break(const std::string& why) {
       std::lock_guard lock(mu);
-      if (!broken.exchange(true)) broken_reason = why;
+      if (broken.exchange(true)) return false;
+      broken_reason = why;
+      return true;
     }
     std::string BrokenReason() {
       std::lock_guard lock(mu);
@@ -143,6 +151,8 @@ struct Engine::Impl final : private core::Session::Delegate {
   bool stopping = false;
   std::vector<std::thread> workers;
   static constexpr size_t kWorkers = 2;
+  // The bound on releasing a dead peer's transport resources.
+  static constexpr int64_t kTeardownMs = 2000;
 
   ~Impl() override { Teardown(); }
 

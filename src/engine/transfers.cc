@@ -13,6 +13,9 @@ namespace hixl {
 Status Engine::Impl::Run(const char* api, Conn& c, TransferOp op, const std::vector<TransferOpDesc>& descs,
                          Clock::time_point deadline, int64_t timeout_ms, const std::atomic<bool>* stop) {
   if (op != READ && op != WRITE) return Err(Errc::kInvalidArg, "{}: unknown TransferOp {}", api, static_cast<int>(op));
+  // Every wait in the transport (a full relay ring, the flush) ends by this
+  // call's own deadline, whatever another peer does.
+  const transport::CallDeadline bound(deadline);
   std::vector<const PeerTable::Entry*> keys(descs.size());
   bool refreshed = false;
   for (size_t i = 0; i < descs.size(); ++i) {
@@ -72,9 +75,18 @@ Status Engine::Impl::Run(const char* api, Conn& c, TransferOp op, const std::vec
   return Status::Ok();
 }
 
-// A failure that means the peer is gone marks the connection.
+// A failure that means the peer is gone marks the connection and releases
+// what the transport holds for the peer (so nothing of it is left posted or
+// mapped for later calls to trip over); the peer id stays the connection's
+// until Disconnect.
 Status Engine::Impl::Note(Conn& c, Status s) {
-  if (s.code() == Errc::kPeerFailed) c.Break(s.message());
+  if (s.code() == Errc::kPeerFailed && c.Break(s.message()) && c.owns_peer_id) {
+    std::lock_guard lock(c.release_mu);
+    if (!c.released) {
+      const transport::CallDeadline bound(Clock::now() + std::chrono::milliseconds(kTeardownMs));
+      c.peer->transport().Disconnect(c.peer->id());
+    }
+  }
   return s;
 }
 

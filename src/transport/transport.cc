@@ -16,6 +16,25 @@
 
 namespace hixl::transport {
 
+namespace {
+thread_local Clock::time_point t_call_deadline = Clock::time_point::max();
+}  // namespace
+
+CallDeadline::CallDeadline(Clock::time_point deadline) : previous_(t_call_deadline) {
+  t_call_deadline = std::min(deadline, previous_);
+}
+
+CallDeadline::~CallDeadline() { t_call_deadline = previous_; }
+
+Clock::time_point WaitDeadline(const Host& host) {
+  return std::min(t_call_deadline, Clock::now() + std::chrono::milliseconds(host.timeout_ms()));
+}
+
+int64_t WaitMs(const Host& host) {
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(WaitDeadline(host) - Clock::now()).count();
+  return std::max<int64_t>(left, 1);
+}
+
 std::optional<SwitchValue> LookUp(const Options& options, const Switch& sw) {
   if (auto it = options.settings.find(sw.option); it != options.settings.end()) {
     return SwitchValue{std::string("option ") + sw.option, it->second};

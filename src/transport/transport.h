@@ -14,6 +14,7 @@
 // transport.cc (CreateTransports, AllSwitches, BuiltInNames) and CMake.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -83,6 +84,28 @@ class Host {
   // the target side (the copy happens in fn).
   virtual bool AccessLocalRange(uint64_t addr, uint64_t len, const std::function<void()>& fn) const = 0;
 };
+
+// The deadline of the front-door call the calling thread is making (an
+// engine transfer's or Disconnect's own timeout).  Every wait in a
+// transport ends at WaitDeadline: the earlier of that and
+// Host::timeout_ms() from now, so a call to one peer never waits longer
+// than its caller asked, whatever another peer does.
+using Clock = std::chrono::steady_clock;
+class CallDeadline {
+ public:
+  // Sets the calling thread's deadline until this goes out of scope.
+  explicit CallDeadline(Clock::time_point deadline);
+  ~CallDeadline();
+  CallDeadline(const CallDeadline&) = delete;
+  CallDeadline& operator=(const CallDeadline&) = delete;
+
+ private:
+  Clock::time_point previous_;
+};
+Clock::time_point WaitDeadline(const Host& host);
+// What is left of WaitDeadline(host), in ms (at least 1, for calls that take
+// a timeout rather than a deadline).
+int64_t WaitMs(const Host& host);
 
 // What a front door asks of the transports, in transport-neutral terms.
 struct Options {

@@ -59,6 +59,10 @@ class WorldImpl final : private Session::Delegate {
   // Takes up to max queued notifications (or waits up to timeout_ms for one
   // when wait is set and the queue is empty).
   Status TakeNotifications(size_t max, bool wait, int64_t timeout_ms, std::vector<Notification>* out);
+  // kPeerFailed naming the rank when the store knows a rank has died (as
+  // barrier learns it), else Ok; one store round trip.  Waits for a peer's
+  // signal or notification ask it between slices of their sleep.
+  Status DeadPeer(const char* api) const;
 
   // Collective; leaves the world.  The object is unusable afterwards.
   Status Finalize();

@@ -4,6 +4,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -16,6 +17,10 @@ namespace hixl::world {
 using core::ControlMsg;
 
 namespace {
+
+// How often a wait for a peer's signal or notification asks the store
+// whether a peer has died.
+constexpr std::chrono::milliseconds kProbeEvery{50};
 
 bool Compare(uint64_t v, int cmp, uint64_t value) {
   switch (cmp) {
@@ -58,6 +63,7 @@ Status WorldImpl::WaitUntil(const uint64_t* sig, int cmp, uint64_t value, int64_
     if (Compare(word.load(std::memory_order_acquire), cmp, value)) return Status::Ok();
     __builtin_ia32_pause();
   }
+  auto next_probe = std::chrono::steady_clock::now() + kProbeEvery;
   // Then sleep.  Writers wake the low half of the word (see WakeWaiters);
   // the sleep is also cut into slices, so a change that only touches the
   // high half is seen within a slice even if its wake-up raced ahead of us.
@@ -69,6 +75,11 @@ Status WorldImpl::WaitUntil(const uint64_t* sig, int cmp, uint64_t value, int64_
       return Err(Errc::kTimeout, "hixl_wait_until: the word at {} is {} and did not become {} {} within {} ms",
                  static_cast<const void*>(sig), v,
                  std::array{"==", "!=", ">", ">=", "<", "<="}[static_cast<size_t>(cmp)], value, limit);
+    }
+    if (now >= next_probe) {
+      // A peer that was to write the word may have died.
+      HIXL_RETURN_IF_ERROR(DeadPeer("hixl_wait_until"));
+      next_probe = now + kProbeEvery;
     }
     auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - now).count();
     timespec ts{0, static_cast<long>(std::min<int64_t>(left, 10'000'000))};
@@ -145,10 +156,35 @@ Status WorldImpl::Notify(int dst_rank, const void* bytes, size_t len) {
 
 Status WorldImpl::TakeNotifications(size_t max, bool wait, int64_t timeout_ms, std::vector<Notification>* out) {
   const int64_t limit = timeout_ms < 0 ? cfg_.timeout_ms : timeout_ms;
-  if (notifications_.Take(max, wait, limit, out) != NotifyQueue<Notification>::Taken::kTaken) {
-    return Err(Errc::kTimeout, "hixl_wait_notification: no notification arrived within {} ms", limit);
+  if (!wait || size() == 1) {
+    if (notifications_.Take(max, wait, limit, out) != NotifyQueue<Notification>::Taken::kTaken) {
+      return Err(Errc::kTimeout, "hixl_wait_notification: no notification arrived within {} ms", limit);
+    }
+    return Status::Ok();
   }
-  return Status::Ok();
+  // Wait in slices (a push wakes the wait at once), asking between them
+  // whether a peer has died, so that a wait for a notification that a dead
+  // peer would have sent ends with kPeerFailed rather than the timeout.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(limit);
+  while (true) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
+    const int64_t slice = std::clamp<int64_t>(left, 0, kProbeEvery.count());
+    if (notifications_.Take(max, true, slice, out) == NotifyQueue<Notification>::Taken::kTaken) return Status::Ok();
+    if (left <= slice) {
+      return Err(Errc::kTimeout, "hixl_wait_notification: no notification arrived within {} ms", limit);
+    }
+    HIXL_RETURN_IF_ERROR(DeadPeer("hixl_wait_notification"));
+  }
+}
+
+Status WorldImpl::DeadPeer(const char* api) const {
+  if (size() == 1) return Status::Ok();
+  // The store fails a wait that would block once it knows a rank died; a
+  // wait of 0 ms on a key nobody sets only asks.
+  Status s = store_->WaitAtLeast("hixl/dead-peer-probe", 1, 0);
+  if (s.code() != Errc::kPeerFailed) return Status::Ok();
+  return Err(Errc::kPeerFailed, "{}: {}", api, s.message());
 }
 
 }  // namespace hixl::world

@@ -6,7 +6,9 @@
 // Rank 1 takes part in some traffic and a barrier, then waits.  Rank 0:
 //   1. stops rank 1 (SIGSTOP): a put + fence must end in HIXL_ERR_TIMEOUT
 //      after HIXL_TIMEOUT_MS; after SIGCONT the next fence succeeds;
-//   2. kills rank 1 (SIGKILL) and waits for it to be gone (a pidfd): a put +
+//   2. kills rank 1 (SIGKILL) and waits for it to be gone (a pidfd): a
+//      wait_notification and a wait_until of 15 s end in
+//      HIXL_ERR_PEER_FAILED naming rank 1 well before that; a put +
 //      fence, a get + fence, an atomic, and finalize must each fail with
 //      HIXL_ERR_PEER_FAILED (HIXL_ERR_TIMEOUT accepted for the fences),
 //      naming rank 1, within HIXL_TIMEOUT_MS; its own memory still works.
@@ -140,6 +142,26 @@ int main() {
     std::fprintf(stderr, "peer_killed: rank 1 (pid %d) did not die\n", victim);
     return 1;
   }
+
+  // Waits for something only the dead peer would send learn of its death
+  // as barrier does (the store), not at the end of their own timeout.
+  constexpr int kLongWaitMs = 15000;
+  start = Clock::now();
+  hixl_notification_t note{};
+  rc = hixl_wait_notification(&note, kLongWaitMs);
+  ms = MsSince(start);
+  Check(rc == HIXL_ERR_PEER_FAILED && std::strstr(hixl_last_error(), "rank 1"),
+        "wait_notification with the only peer dead failed (" + std::string(hixl_strerror(rc)) +
+            "): " + hixl_last_error());
+  Check(ms < kLongWaitMs / 3, "it failed after " + std::to_string(ms) + " ms (its timeout: 15000 ms)");
+  uint64_t word = 0;  // a signal word that rank 1 was to set
+  start = Clock::now();
+  rc = hixl_wait_until(&word, HIXL_CMP_GE, 1, kLongWaitMs);
+  ms = MsSince(start);
+  Check(rc == HIXL_ERR_PEER_FAILED && std::strstr(hixl_last_error(), "rank 1"),
+        "wait_until on a word only the dead peer writes failed (" + std::string(hixl_strerror(rc)) +
+            "): " + hixl_last_error());
+  Check(ms < kLongWaitMs / 3, "it failed after " + std::to_string(ms) + " ms (its timeout: 15000 ms)");
 
   start = Clock::now();
   rc = hixl_put(1, buf.data(), all[1].addr, buf.size());

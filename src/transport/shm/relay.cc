@@ -84,7 +84,7 @@ Status OpenRelay(Peer* p, const RelayContext& cx) {
   Fd bell;
   {
     std::lock_guard lock(p->conn_mu);
-    HIXL_RETURN_IF_ERROR(p->Request(m, mem.get(), &reply, &bell, cx.host->timeout_ms()));
+    HIXL_RETURN_IF_ERROR(p->Request(m, mem.get(), &reply, &bell, WaitMs(*cx.host)));
   }
   if (!bell.valid()) return Err(Errc::kTransport, "shm: rank {} sent no doorbell for the relay", p->rank);
   p->relay.channel = std::move(map);
@@ -103,18 +103,24 @@ void Ring(Peer* p) {
 // Spins briefly, then sleeps on the slot's futex; bounded by the timeout
 // and by the target's death.
 Status WaitNotPosted(Peer* p, const RelayContext& cx, Slot& s) {
-  Deadline deadline = net::DeadlineIn(cx.host->timeout_ms());
+  const Deadline deadline = WaitDeadline(*cx.host);
   for (int spin = 0; s.state.load(std::memory_order_acquire) == kPosted; ++spin) {
     if (spin < 200) {
       std::this_thread::yield();
       continue;
     }
     if (::kill(p->pid, 0) != 0 && errno == ESRCH) {
+      // Nobody will serve the ring again: what is posted is dropped (this
+      // failure reports it), so that later flushes to this peer, and
+      // flushes of every peer, do not meet it again.
+      for (auto& slot : Channel(p)->slot) slot.state.store(kFree, std::memory_order_relaxed);
       return Err(Errc::kPeerFailed, "rank {} (pid {}) exited with a relayed transfer pending", p->rank, p->pid);
     }
     if (net::Clock::now() >= deadline) {
-      return Err(Errc::kTimeout, "rank {} did not serve a relayed transfer within HIXL_TIMEOUT_MS={}", p->rank,
-                 cx.host->timeout_ms());
+      return Err(Errc::kTimeout,
+                 "rank {} (pid {}) did not serve a relayed transfer in time (the call's timeout, or "
+                 "HIXL_TIMEOUT_MS={})",
+                 p->rank, p->pid, cx.host->timeout_ms());
     }
     timespec ts{0, 10 * 1000 * 1000};
     Futex(&s.state, FUTEX_WAIT, kPosted, &ts);

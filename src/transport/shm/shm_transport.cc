@@ -146,7 +146,7 @@ class ShmTransport final : public Transport {
     if (p->self) {
       key->mapped = reinterpret_cast<uint8_t*>(base);
     } else {
-      HIXL_ASSIGN_OR_RETURN(key->segment, p->MapSegment(seg, size, host_->timeout_ms()));
+      HIXL_ASSIGN_OR_RETURN(key->segment, p->MapSegment(seg, size, WaitMs(*host_)));
       key->mapped = static_cast<uint8_t*>(key->segment->get()) + off;
     }
     return std::shared_ptr<RemoteKey>(key);

@@ -47,8 +47,11 @@ Status Rma::FlushAll(std::unique_lock<std::mutex>& lock, net::Deadline deadline)
 }
 
 Status Rma::FlushPeer(std::unique_lock<std::mutex>& lock, const std::shared_ptr<Peer>& p, net::Deadline deadline) {
-  if (!p || !p->dirty) return Status::Ok();  // nothing went to it through UCX since the last flush
-  std::erase(dirty_, p);
+  // Nothing went to it through UCX since the last flush, and no flush or
+  // transfer another thread started is still running (its flush may cover
+  // what this caller started).
+  // It stays in dirty_ meanwhile, so that a FlushAll waits for it too.
+  if (!p || (!p->dirty && p->flushing == 0 && p->outstanding == 0)) return Status::Ok();
   return FlushPeers(lock, {p}, deadline);
 }
 
@@ -72,7 +75,8 @@ Status Rma::Started(const std::shared_ptr<Peer>& p, ucs_status_ptr_t r, const ch
 void Rma::MarkDirty(const std::shared_ptr<Peer>& p) {
   if (p->dirty) return;
   p->dirty = true;
-  dirty_.push_back(p);
+  // FlushPeer leaves its peer in dirty_ (with dirty false).
+  if (std::find(dirty_.begin(), dirty_.end(), p) == dirty_.end()) dirty_.push_back(p);
 }
 
 Status Rma::FlushPeers(std::unique_lock<std::mutex>& lock, std::vector<std::shared_ptr<Peer>> peers,
@@ -85,6 +89,7 @@ Status Rma::FlushPeers(std::unique_lock<std::mutex>& lock, std::vector<std::shar
   // An endpoint flush completes once everything started on the endpoint
   // before it has completed, at the target as well.
   for (auto& p : peers) {
+    if (!p->dirty) continue;  // a flush another thread started covers it: wait for that
     p->dirty = false;
     if (!p->ep || p->ep_error.load() != UCS_OK) continue;
     ucs_status_ptr_t r = StartEndpointFlush(p.get());
@@ -95,10 +100,12 @@ Status Rma::FlushPeers(std::unique_lock<std::mutex>& lock, std::vector<std::shar
                     [&] { return std::none_of(peers.begin(), peers.end(), [&](const auto& p) { return busy(*p); }); });
   for (auto& p : peers) {
     if (busy(*p)) {
-      // Left to UCX; a later flush waits for this peer again.
-      MarkDirty(p);
+      // Left to UCX; a later flush waits for this peer again (unless
+      // Disconnect forgot it meanwhile).
+      if (!p->closed) MarkDirty(p);
       if (p->ep_error.load() == UCS_OK) {
-        note(Err(Errc::kTimeout, "ucx: transfers to {} did not complete within HIXL_TIMEOUT_MS={}", p->Name(),
+        note(Err(Errc::kTimeout,
+                 "ucx: transfers to {} did not complete in time (the call's timeout, or HIXL_TIMEOUT_MS={})", p->Name(),
                  host_->timeout_ms()));
       }
     }

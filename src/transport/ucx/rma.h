@@ -25,9 +25,11 @@ class Rma {
   Status Put(const UcxKey& k, const void* src, uint64_t dst, size_t n);
   Status Get(const UcxKey& k, uint64_t src, void* dst, size_t n);
 
-  // One flush (or Disconnect) at a time: a second caller waits for the
+  // One FlushAll (or Disconnect) at a time: a second caller waits for the
   // first and then flushes what was started meanwhile, so neither returns
-  // early.  Held around FlushAll, FlushPeer and Forget.
+  // early.  Held around FlushAll and Forget; not around FlushPeer, which
+  // waits for any flush of its peer that another thread started, so that a
+  // flush to one peer never queues behind a flush to another.
   std::mutex& flush_mu() { return flush_mu_; }
   // Complete every transfer started so far with every peer, or with p (null:
   // nothing to do); lock holds w->mu and is unlocked on return.
@@ -42,7 +44,7 @@ class Rma {
   // Accounts for an operation just started.  w->mu held.
   Status Started(const std::shared_ptr<Peer>& p, ucs_status_ptr_t r, const char* op, uint64_t remote, size_t n);
   void MarkDirty(const std::shared_ptr<Peer>& p);
-  // Flushes the endpoints of `peers` (taken off dirty_) and waits for them
+  // Flushes the endpoints of `peers` that are dirty and waits for them
   // and their transfers until the deadline; unlocks `lock`.
   Status FlushPeers(std::unique_lock<std::mutex>& lock, std::vector<std::shared_ptr<Peer>> peers,
                     net::Deadline deadline);
@@ -50,7 +52,9 @@ class Rma {
   Worker* const w_;
   const Host* const host_;
   std::mutex flush_mu_;
-  std::vector<std::shared_ptr<Peer>> dirty_;  // peers with operations since the last flush; guarded by w_->mu
+  // Peers with operations since the last FlushAll (and those FlushPeer is
+  // flushing); guarded by w_->mu.
+  std::vector<std::shared_ptr<Peer>> dirty_;
 };
 
 }  // namespace hixl::transport::ucx

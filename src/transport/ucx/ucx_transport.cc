@@ -112,14 +112,14 @@ class UcxTransport final : public Transport {
 
   Status Flush() override {
     std::lock_guard flush_lock(rma_->flush_mu());
-    const Deadline deadline = net::DeadlineIn(host_->timeout_ms());
+    const Deadline deadline = WaitDeadline(*host_);
     std::unique_lock lock(w_->mu);
     return rma_->FlushAll(lock, deadline);
   }
 
+  // Not behind flush_mu: a flush to one peer never waits for another's.
   Status Flush(int peer) override {
-    std::lock_guard flush_lock(rma_->flush_mu());
-    const Deadline deadline = net::DeadlineIn(host_->timeout_ms());
+    const Deadline deadline = WaitDeadline(*host_);
     std::unique_lock lock(w_->mu);
     return rma_->FlushPeer(lock, FindPeerLocked(peer), deadline);
   }
@@ -129,7 +129,7 @@ class UcxTransport final : public Transport {
     // among those to flush if it timed out).
     std::lock_guard flush_lock(rma_->flush_mu());
     std::shared_ptr<Peer> p;  // released after the lock below: ~Peer takes it
-    const Deadline deadline = net::DeadlineIn(host_->timeout_ms());
+    const Deadline deadline = WaitDeadline(*host_);
     std::unique_lock lock(w_->mu);
     p = FindPeerLocked(peer);
     if (!p) return;
@@ -147,7 +147,7 @@ class UcxTransport final : public Transport {
                 uint64_t* old) override {
     const auto& k = static_cast<const UcxKey&>(key);
     HIXL_RETURN_IF_ERROR(CheckKey(k, peer));
-    return RemoteAtomic(k, op, addr, operand, compare, old, host_->timeout_ms());
+    return RemoteAtomic(k, op, addr, operand, compare, old, WaitMs(*host_));
   }
 
   void Shutdown() override {
