@@ -58,9 +58,11 @@ Result<RegionTable> RegionTable::Parse(std::string_view bytes) {
             fmt::format("key {} of region {} is cut or too long (names of at most {} bytes, blobs of at most {})", i, j,
                         kMaxKeyName, kMaxKeyBlob));
       }
-      if (!r.keys.emplace(std::move(name), std::move(blob)).second) {
-        return bad(fmt::format("region {} repeats a key's name", j));
+      // In the order Serialize writes them (by name), so each name once.
+      if (!r.keys.empty() && name <= r.keys.rbegin()->first) {
+        return bad(fmt::format("region {} repeats a key's name or lists its keys out of order", j));
       }
+      r.keys.emplace_hint(r.keys.end(), std::move(name), std::move(blob));
     }
   }
   if (!rd.empty()) return bad(fmt::format("{} bytes after its last region", rd.left()));

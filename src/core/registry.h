@@ -35,7 +35,7 @@ struct RegionRecord {
 // The table a rank serves to its peers; `generation` grows with every change.
 // Parse treats its bytes as untrusted: regions sorted by base, non-empty,
 // not wrapping, not overlapping; at most kMaxTableRegions regions of at most
-// kMaxTableKeys keys (distinct names of at most kMaxKeyName bytes, blobs of
+// kMaxTableKeys keys (names in increasing order, of at most kMaxKeyName bytes; blobs of
 // at most kMaxKeyBlob); nothing after the last region.  Whether a key blob
 // fits its region is for its transport's UnpackKey to say.
 inline constexpr uint32_t kMaxTableRegions = 1u << 16;

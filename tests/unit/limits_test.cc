@@ -229,6 +229,17 @@ TEST(RegionTableLimits, CountsKeysAndKindsAreBounded) {
   dup[count_at] = 2;
   dup += dup.substr(count_at + 4);
   EXPECT_THAT(RegionTable::Parse(dup).status().message(), HasSubstr("repeats"));
+  // Keys in another order than Serialize's (by name), found by the fuzzer.
+  RegionRecord two = Rec(0x1000, 16);
+  two.keys["ucx"] = "u";
+  t.regions = {two};
+  std::string swapped = t.Serialize();
+  const std::string shm = std::string("\x03\x00\x00\x00shm\x03\x00\x00\x00key", 14);
+  const std::string ucx = std::string("\x03\x00\x00\x00ucx\x01\x00\x00\x00u", 12);
+  const size_t at = swapped.find(shm);
+  ASSERT_NE(at, std::string::npos);
+  swapped.replace(at, shm.size() + ucx.size(), ucx + shm);
+  EXPECT_THAT(RegionTable::Parse(swapped).status().message(), HasSubstr("out of order"));
 }
 
 // -------------------------------------------------------------- shm keys
