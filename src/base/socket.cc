@@ -181,7 +181,7 @@ Status RecvAll(int fd, void* buf, size_t n, Deadline deadline) {
 }
 
 Status SendFrame(int fd, std::string_view payload, Deadline deadline) {
-  if (payload.size() > (1u << 30)) return Err(Errc::kInvalidArg, "frame of {} bytes is too large", payload.size());
+  if (payload.size() > kMaxFrameBytes) return Err(Errc::kInvalidArg, "frame of {} bytes is too large", payload.size());
   std::string buf(4 + payload.size(), '\0');
   uint32_t n = static_cast<uint32_t>(payload.size());
   std::memcpy(buf.data(), &n, 4);
@@ -189,13 +189,41 @@ Status SendFrame(int fd, std::string_view payload, Deadline deadline) {
   return SendAll(fd, buf.data(), buf.size(), deadline);
 }
 
-Result<std::string> RecvFrame(int fd, Deadline deadline) {
+Result<std::string> RecvFrame(int fd, Deadline deadline, uint32_t max_bytes) {
   uint32_t n = 0;
   HIXL_RETURN_IF_ERROR(RecvAll(fd, &n, 4, deadline));
-  if (n > (1u << 30)) return Err(Errc::kTransport, "received a frame header of {} bytes: corrupt stream", n);
-  std::string s(n, '\0');
-  HIXL_RETURN_IF_ERROR(RecvAll(fd, s.data(), n, deadline));
+  if (!FrameLengthOk(n, max_bytes)) {
+    return Err(Errc::kTransport, "received a frame header of {} bytes, more than the {} this message may have", n,
+               std::min(max_bytes, kMaxFrameBytes));
+  }
+  // Grow with what arrives (at most doubling), never with what the header says.
+  constexpr size_t kFirstChunk = size_t{64} << 10;
+  std::string s;
+  while (s.size() < n) {
+    const size_t have = s.size();
+    const size_t want = std::min<size_t>(n, std::max(kFirstChunk, have * 2));
+    s.resize(want);
+    HIXL_RETURN_IF_ERROR(RecvAll(fd, s.data() + have, want - have, deadline));
+  }
   return s;
+}
+
+std::string PeerAddress(int fd) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof(ss);
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return "unknown peer";
+  char buf[INET6_ADDRSTRLEN] = {};
+  if (ss.ss_family == AF_INET) {
+    const auto* a = reinterpret_cast<const sockaddr_in*>(&ss);
+    ::inet_ntop(AF_INET, &a->sin_addr, buf, sizeof(buf));
+    return fmt::format("{}:{}", buf, ntohs(a->sin_port));
+  }
+  if (ss.ss_family == AF_INET6) {
+    const auto* a = reinterpret_cast<const sockaddr_in6*>(&ss);
+    ::inet_ntop(AF_INET6, &a->sin6_addr, buf, sizeof(buf));
+    return fmt::format("[{}]:{}", buf, ntohs(a->sin6_port));
+  }
+  return "a local socket";
 }
 
 std::string LocalAddressTowards(const std::string& host, uint16_t port) {

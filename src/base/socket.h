@@ -57,13 +57,26 @@ Result<Fd> Connect(const std::string& host, uint16_t port, Deadline deadline);
 // host can reach us on); "127.0.0.1" when there is no route.  Sends nothing.
 std::string LocalAddressTowards(const std::string& host, uint16_t port);
 
+// "host:port" of the socket's peer ("unknown peer" when it has none), for
+// messages about what a peer sent.
+std::string PeerAddress(int fd);
+
 // Send/receive exactly n bytes.  On EOF, RecvAll returns kPeerFailed.
 Status SendAll(int fd, const void* buf, size_t n, Deadline deadline);
 Status RecvAll(int fd, void* buf, size_t n, Deadline deadline);
 
 // Frames: a 4-byte little-endian length, then the payload.
+// No frame is ever larger than this, whoever sends it.
+constexpr uint32_t kMaxFrameBytes = 1u << 30;
 Status SendFrame(int fd, std::string_view payload, Deadline deadline);
-Result<std::string> RecvFrame(int fd, Deadline deadline);
+// Receives one frame of at most max_bytes (a longer header is refused with
+// kTransport before any of its body is read).  The buffer grows with the
+// bytes that arrive, not with what the header claims, so a peer that sends
+// a large header and then stalls costs nothing.
+Result<std::string> RecvFrame(int fd, Deadline deadline, uint32_t max_bytes = kMaxFrameBytes);
+// Whether a frame header of n bytes is acceptable under max_bytes; the one
+// check every frame reader uses (exposed for the fuzzers).
+inline bool FrameLengthOk(uint32_t n, uint32_t max_bytes) { return n <= max_bytes && n <= kMaxFrameBytes; }
 
 // Little helpers to build and parse binary payloads.
 class Writer {
@@ -96,14 +109,17 @@ class Reader {
     s_.remove_prefix(sizeof(T));
     return true;
   }
-  bool GetBytes(std::string* out) {
+  // A u32 length, then that many bytes; false when they are not all there
+  // or there are more than max.
+  bool GetBytes(std::string* out, uint32_t max = UINT32_MAX) {
     uint32_t n = 0;
-    if (!Get(&n) || s_.size() < n) return false;
+    if (!Get(&n) || n > max || s_.size() < n) return false;
     out->assign(s_.data(), n);
     s_.remove_prefix(n);
     return true;
   }
   bool empty() const { return s_.empty(); }
+  size_t left() const { return s_.size(); }
 
  private:
   std::string_view s_;

@@ -117,12 +117,21 @@ struct ControlServer::Impl {
   // Answers one request; false when the connection is finished.
   static bool Serve(int fd, const ControlHandler& handler) {
     // A peer sends a whole frame at once; bound the wait for its tail.
-    auto req = net::RecvFrame(fd, net::DeadlineIn(5000));
-    if (!req.ok()) return false;
+    auto req = net::RecvFrame(fd, net::DeadlineIn(5000), kMaxControlRequest);
+    if (!req.ok()) {
+      // A closed connection is the normal end; anything else is the peer's fault.
+      if (req.status().code() != Errc::kPeerFailed) {
+        HIXL_LOG_WARN("control server: dropping the connection from {}: {}", net::PeerAddress(fd),
+                      req.status().message());
+      }
+      return false;
+    }
     std::string_view p = req.value();
     net::Writer reply;
     if (p.size() < 5) {
-      reply.Put<int32_t>(HIXL_ERR_INVALID_ARG).str().append("malformed control request");
+      HIXL_LOG_WARN("control server: dropping the connection from {}: a request of {} bytes, shorter than its header",
+                    net::PeerAddress(fd), p.size());
+      return false;
     } else {
       uint8_t type = static_cast<uint8_t>(p[0]);
       int32_t from = 0;
@@ -230,7 +239,7 @@ Result<std::string> ControlClient::Call(uint8_t type, std::string_view payload, 
   net::Writer req;
   req.Put<uint8_t>(type).Put<int32_t>(my_rank_).str().append(payload);
   Status s = net::SendFrame(fd_.get(), req.str(), deadline);
-  Result<std::string> reply = s.ok() ? net::RecvFrame(fd_.get(), deadline) : Result<std::string>(s);
+  Result<std::string> reply = s.ok() ? net::RecvFrame(fd_.get(), deadline, kMaxControlReply) : Result<std::string>(s);
   if (!reply.ok()) {
     // The stream may be out of step now; never reuse it.
     fd_.Reset();

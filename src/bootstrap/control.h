@@ -25,6 +25,13 @@ namespace hixl::bootstrap {
 // of its own (the one thread serves every listener of the process).
 using ControlHandler = std::function<Result<std::string>(int from_rank, uint8_t type, std::string_view payload)>;
 
+// The largest request frame a server reads and the largest reply frame a
+// client reads (a region table of many regions is the largest reply).  A
+// longer header ends the connection before its body is read.  Handlers
+// check each message type's own, smaller, limit.
+constexpr uint32_t kMaxControlRequest = 1u << 20;
+constexpr uint32_t kMaxControlReply = 64u << 20;
+
 // The server thread is named "hixl-control" (see /proc/self/task/*/comm).
 class ControlServer {
  public:

@@ -18,7 +18,6 @@ using detail::After;
 using detail::CheckTimeout;
 using detail::HasKey;
 using detail::kIoTimeoutMs;
-using detail::kMaxFrame;
 using detail::kMaxTimeoutMs;
 using detail::kSlackMs;
 using detail::Op;
@@ -110,13 +109,16 @@ struct TcpStoreClient::Impl {
 
   Result<std::string> CallLocked(const Request& q, Deadline deadline) {
     const std::string payload = detail::EncodeRequest(q);
-    if (payload.size() > kMaxFrame) {
-      return Err(Errc::kInvalidArg, "{}: the request of {} bytes is too large for the store", What(q.op, q.key),
-                 payload.size());
+    if (q.key.size() > detail::kMaxKey || q.value.size() > detail::kMaxValue ||
+        payload.size() > detail::MaxRequestFrame(q.op)) {
+      return Err(Errc::kInvalidArg,
+                 "{}: a key of {} bytes and a value of {} bytes is too large for the store (keys of at most {} "
+                 "bytes, values of at most {})",
+                 What(q.op, q.key), q.key.size(), q.value.size(), detail::kMaxKey, detail::kMaxValue);
     }
     Status sent = net::SendFrame(fd.get(), payload, deadline);
     if (!sent.ok()) return Lost(q.op, q.key, sent);
-    Result<std::string> frame = net::RecvFrame(fd.get(), deadline);
+    Result<std::string> frame = net::RecvFrame(fd.get(), deadline, detail::kMaxReplyFrame);
     if (!frame.ok()) return Lost(q.op, q.key, frame.status());
     std::optional<detail::Reply> reply = detail::DecodeReply(*frame);
     if (!reply) return Lost(q.op, q.key, Err(Errc::kBootstrap, "malformed reply"));

@@ -30,6 +30,15 @@ bool HasKey(Op op) {
   return op == Op::kSet || op == Op::kGet || op == Op::kAdd || op == Op::kWaitAtLeast || op == Op::kDelete;
 }
 
+uint32_t MaxRequestFrame(Op op) {
+  switch (op) {
+    case Op::kHello: return 1 + 4;
+    case Op::kBye: return 1;
+    case Op::kSet: return kMaxFrame;
+    default: return 1 + 4 + kMaxKey + 8 + 8;
+  }
+}
+
 std::string EncodeRequest(const Request& q) {
   net::Writer w;
   w.Put<uint8_t>(static_cast<uint8_t>(q.op));
@@ -54,10 +63,10 @@ Decoded DecodeRequest(std::string_view payload, Request* q) {
   uint8_t raw = 0;
   if (!r.Get(&raw)) return Decoded::kEmpty;
   q->op = static_cast<Op>(raw);
-  if (HasKey(q->op) && !r.GetBytes(&q->key)) return Decoded::kBadKey;
+  if (HasKey(q->op) && (!r.GetBytes(&q->key) || q->key.size() > kMaxKey)) return Decoded::kBadKey;
   switch (q->op) {
     case Op::kHello: return Done(r.Get(&q->rank), r);
-    case Op::kSet: return Done(r.GetBytes(&q->value), r);
+    case Op::kSet: return Done(r.GetBytes(&q->value) && q->value.size() <= kMaxValue, r);
     case Op::kGet: return Done(r.Get(&q->timeout_ms), r);
     case Op::kAdd: return Done(r.Get(&q->delta), r);
     case Op::kWaitAtLeast: return Done(r.Get(&q->target) && r.Get(&q->timeout_ms), r);
@@ -79,7 +88,9 @@ std::optional<Reply> DecodeReply(std::string_view payload) {
   net::Reader r(payload);
   int32_t code = 0;
   std::string message;
-  if (!r.Get(&code) || !r.GetBytes(&message)) return std::nullopt;
+  if (!r.Get(&code) || !r.GetBytes(&message) || message.size() > kMaxMessage) return std::nullopt;
+  // A failure carries a nonzero hixl code; anything else is not one of ours.
+  if (code > 0) return std::nullopt;
   Reply reply;
   reply.fields = std::string(payload.substr(sizeof(int32_t) + sizeof(uint32_t) + message.size()));
   if (code != 0) reply.status = Status(static_cast<Errc>(code), std::move(message));
@@ -94,7 +105,7 @@ std::string EncodeValue(std::string_view value) {
 
 bool DecodeValue(std::string_view fields, std::string* value) {
   net::Reader r(fields);
-  return r.GetBytes(value) && r.empty();
+  return r.GetBytes(value) && value->size() <= kMaxValue && r.empty();
 }
 
 std::string EncodeInt(int64_t v) {

@@ -41,8 +41,17 @@ constexpr int64_t kMaxTimeoutMs = int64_t{365} * 24 * 3600 * 1000;
 constexpr int64_t kSlackMs = 3000;
 // The bound on requests that do not wait (SET, ADD, DELETE, HELLO, BYE).
 constexpr int64_t kIoTimeoutMs = 30000;
-// Largest frame either side accepts (the same bound as net::RecvFrame).
-constexpr uint32_t kMaxFrame = 1u << 30;
+// Limits on what a peer may send.  A key is at most kMaxKey bytes, a value
+// at most kMaxValue (hixl_allgather's 64 MiB per rank), a reply's message at
+// most kMaxMessage.  Frames are checked against the largest their type can
+// be (MaxRequestFrame, kMaxReplyFrame) before their body is read; a longer
+// frame ends the connection.
+constexpr uint32_t kMaxKey = 4096;
+constexpr uint32_t kMaxValue = 64u << 20;
+constexpr uint32_t kMaxMessage = 64u << 10;
+constexpr uint32_t kMaxReplyFrame = 4 + 4 + kMaxMessage + 4 + kMaxValue;
+// The largest request of any type.
+constexpr uint32_t kMaxFrame = 1 + 4 + kMaxKey + 4 + kMaxValue;
 
 enum class Op : uint8_t {
   kHello = 1,
@@ -58,6 +67,10 @@ enum class Op : uint8_t {
 const char* OpName(Op op);
 // Whether requests of this type carry a key (all but HELLO and BYE).
 bool HasKey(Op op);
+
+// The largest request frame of type op (a type not listed: as large as any
+// request without a value).
+uint32_t MaxRequestFrame(Op op);
 
 // One request.  Only the fields of its type are encoded or decoded.
 struct Request {
@@ -76,8 +89,8 @@ std::string EncodeRequest(const Request& q);
 enum class Decoded {
   kOk,         // *q is filled (an unknown type has only q->op)
   kEmpty,      // no type byte
-  kBadKey,     // q->op is set, its key is missing or cut
-  kBadFields,  // q->op and q->key are set, the fields are wrong
+  kBadKey,     // q->op is set, its key is missing, cut or longer than kMaxKey
+  kBadFields,  // q->op and q->key are set, the fields are wrong (or a value is longer than kMaxValue)
 };
 Decoded DecodeRequest(std::string_view payload, Request* q);
 
@@ -89,7 +102,7 @@ struct Reply {
   Status status;       // the server's answer
   std::string fields;  // what followed the message
 };
-// nullopt when the payload is malformed.
+// nullopt when the payload is malformed (or its message is longer than kMaxMessage).
 std::optional<Reply> DecodeReply(std::string_view payload);
 
 // The fields of a GET reply (a value) and of an ADD reply (an integer).

@@ -27,6 +27,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/log.h"
 #include "base/socket.h"
 #include "bootstrap/store.h"
 #include "bootstrap/store_kv.h"
@@ -189,8 +190,15 @@ struct TcpStoreServer::Impl {
     while (!c.dead && !c.parked && !c.said_bye && c.in.size() - off >= 4) {
       uint32_t n = 0;
       std::memcpy(&n, c.in.data() + off, 4);
-      if (n > kMaxFrame) {
-        Drop(c, fmt::format("it sent a corrupt request (a frame of {} bytes)", n));
+      // Checked before the body arrives: the largest request of any type,
+      // then, once its type byte is here, the largest of that type.
+      const bool have_op = n > 0 && c.in.size() - off > 4;
+      const uint32_t limit = have_op ? detail::MaxRequestFrame(static_cast<Op>(c.in[off + 4])) : kMaxFrame;
+      if (n > limit) {
+        const std::string what = have_op ? OpName(static_cast<Op>(c.in[off + 4])) : "request";
+        const std::string why = fmt::format("it sent a {} frame of {} bytes (at most {})", what, n, limit);
+        HIXL_LOG_WARN("store: dropping {}: {}", Who(c), why);
+        Drop(c, why);
         return;
       }
       if (c.in.size() - off - 4 < n) break;
@@ -297,8 +305,15 @@ struct TcpStoreServer::Impl {
   }
 
   void Malformed(Conn& c, Op op) {
+    HIXL_LOG_WARN("store: a malformed {} request from {}", OpName(op), Who(c));
     Reply(c, Err(Errc::kBootstrap, "the store received a malformed {} request from {}", OpName(op),
                  c.rank >= 0 ? fmt::format("rank {}", c.rank) : std::string("a new connection")));
+  }
+
+  // Names the connection's peer in log lines.
+  static std::string Who(const Conn& c) {
+    return c.rank >= 0 ? fmt::format("rank {} ({})", c.rank, net::PeerAddress(c.fd.get()))
+                       : fmt::format("a new connection from {}", net::PeerAddress(c.fd.get()));
   }
 
   void Hello(Conn& c, int32_t rank) {

@@ -6,10 +6,6 @@ namespace hixl::core {
 
 namespace {
 
-// A peer sends at most this many transport addresses (there are two kinds
-// today); more is a malformed message, not an allocation to make.
-constexpr uint32_t kMaxAddresses = 64;
-
 void PutAddresses(net::Writer& w, const PublishedAddresses& a) {
   w.Put<uint32_t>(static_cast<uint32_t>(a.size()));
   for (const PublishedAddress& p : a) w.PutBytes(p.kind).PutBytes(p.address);
@@ -21,7 +17,7 @@ bool GetAddresses(net::Reader& rd, PublishedAddresses* out) {
   out->clear();
   for (uint32_t i = 0; i < n; ++i) {
     PublishedAddress p;
-    if (!rd.GetBytes(&p.kind) || !rd.GetBytes(&p.address)) return false;
+    if (!rd.GetBytes(&p.kind, kMaxNameBytes) || !rd.GetBytes(&p.address, kMaxAddressBytes)) return false;
     out->push_back(std::move(p));
   }
   return true;
@@ -38,7 +34,7 @@ std::string Encode(const Invalidation& m) {
 std::optional<Invalidation> DecodeInvalidation(std::string_view payload) {
   net::Reader rd(payload);
   Invalidation m;
-  if (!rd.Get(&m.generation) || !rd.Get(&m.base) || !rd.Get(&m.len)) return std::nullopt;
+  if (!rd.Get(&m.generation) || !rd.Get(&m.base) || !rd.Get(&m.len) || !rd.empty()) return std::nullopt;
   return m;
 }
 
@@ -52,7 +48,9 @@ std::string Encode(const PeerRecord& m) {
 std::optional<PeerRecord> DecodePeerRecord(std::string_view bytes) {
   net::Reader rd(bytes);
   PeerRecord m;
-  if (!rd.GetBytes(&m.host) || !rd.Get(&m.port) || !GetAddresses(rd, &m.addresses)) return std::nullopt;
+  if (!rd.GetBytes(&m.host, kMaxNameBytes) || !rd.Get(&m.port) || !GetAddresses(rd, &m.addresses) || !rd.empty()) {
+    return std::nullopt;
+  }
   return m;
 }
 
@@ -65,7 +63,10 @@ std::string Encode(const NamedNotify& m) {
 std::optional<NamedNotify> DecodeNamedNotify(std::string_view payload) {
   net::Reader rd(payload);
   NamedNotify m;
-  if (!rd.GetBytes(&m.name) || !rd.GetBytes(&m.msg)) return std::nullopt;
+  if (!rd.GetBytes(&m.name, kMaxNamedNotifyBytes) || !rd.GetBytes(&m.msg, kMaxNamedNotifyBytes - m.name.size()) ||
+      !rd.empty()) {
+    return std::nullopt;
+  }
   return m;
 }
 
@@ -78,8 +79,8 @@ std::string Encode(const Hello& m) {
 std::optional<Hello> DecodeHello(std::string_view payload) {
   net::Reader rd(payload);
   Hello m;
-  if (!rd.Get(&m.uuid) || !rd.GetBytes(&m.name) || !rd.GetBytes(&m.callback_host) || !rd.Get(&m.callback_port) ||
-      !rd.Get(&m.id_for_server)) {
+  if (!rd.Get(&m.uuid) || !rd.GetBytes(&m.name, kMaxNameBytes) || !rd.GetBytes(&m.callback_host, kMaxNameBytes) ||
+      !rd.Get(&m.callback_port) || !rd.Get(&m.id_for_server) || !rd.empty()) {
     return std::nullopt;
   }
   return m;
@@ -95,7 +96,9 @@ std::string Encode(const HelloReply& m) {
 std::optional<HelloReply> DecodeHelloReply(std::string_view bytes) {
   net::Reader rd(bytes);
   HelloReply m;
-  if (!rd.Get(&m.uuid) || !rd.Get(&m.id_for_client) || !GetAddresses(rd, &m.addresses)) return std::nullopt;
+  if (!rd.Get(&m.uuid) || !rd.Get(&m.id_for_client) || !GetAddresses(rd, &m.addresses) || !rd.empty()) {
+    return std::nullopt;
+  }
   return m;
 }
 

@@ -6,8 +6,9 @@
 // process's one control server has a listener per front door; a request is
 // served by the door whose listener accepted its connection, and `from` is
 // what that door told its peer to send.  Every
-// decoder treats its input as untrusted: it returns false (or nullopt) on a
-// short or malformed payload and never reads past it.
+// decoder treats its input as untrusted: it returns nullopt on a short,
+// malformed or oversized payload (limits below), or one with bytes left
+// over, and never reads past it.
 //
 //   type         payload                                  reply
 //   kFetchTable  -                                        RegionTable::Serialize(); subscribes the
@@ -27,6 +28,12 @@
 #include <vector>
 
 namespace hixl::core {
+
+// Limits on what a peer may send (decoders refuse more).
+inline constexpr uint32_t kMaxNameBytes = 1024;              // a host, an engine's name, a transport's kind
+inline constexpr uint32_t kMaxAddressBytes = 64u << 10;      // one transport's address blob
+inline constexpr uint32_t kMaxAddresses = 64;                // transport addresses in one message
+inline constexpr uint32_t kMaxNamedNotifyBytes = 64u << 10;  // an engine notification's name + msg
 
 enum class ControlMsg : uint8_t {
   kFetchTable = 1,
@@ -68,7 +75,7 @@ struct PeerRecord {
 std::string Encode(const PeerRecord& m);
 std::optional<PeerRecord> DecodePeerRecord(std::string_view bytes);
 
-// An engine's notification: [name][msg].
+// An engine's notification: [name][msg], together at most kMaxNamedNotifyBytes.
 struct NamedNotify {
   std::string name;
   std::string msg;

@@ -21,22 +21,51 @@ Result<RegionTable> RegionTable::Parse(std::string_view bytes) {
   net::Reader rd(bytes);
   RegionTable t;
   uint32_t n = 0;
-  auto bad = [] { return Err(Errc::kTransport, "malformed region table from peer"); };
-  if (!rd.Get(&t.generation) || !rd.Get(&n)) return bad();
+  auto bad = [](const std::string& what) {
+    return Err(Errc::kTransport, "malformed region table from peer: {}", what);
+  };
+  if (!rd.Get(&t.generation) || !rd.Get(&n)) return bad("cut inside its header");
+  if (n > kMaxTableRegions) return bad(fmt::format("{} regions (at most {})", n, kMaxTableRegions));
   // Records are appended as they parse: the count comes from the peer and is
   // not trusted to size an allocation.
   for (uint32_t j = 0; j < n; ++j) {
     RegionRecord& r = t.regions.emplace_back();
     uint8_t kind = 0;
     uint32_t nkeys = 0;
-    if (!rd.Get(&r.base) || !rd.Get(&r.len) || !rd.Get(&kind) || !rd.Get(&nkeys)) return bad();
+    if (!rd.Get(&r.base) || !rd.Get(&r.len) || !rd.Get(&kind) || !rd.Get(&nkeys)) {
+      return bad(fmt::format("region {} is cut", j));
+    }
+    if (r.len == 0 || r.len - 1 > UINT64_MAX - r.base) {
+      return bad(fmt::format("region {} [{:#x}, +{}) is empty or wraps the address space", j, r.base, r.len));
+    }
+    if (j > 0) {
+      // Sorted and apart: the previous region ends at or before this one.
+      const RegionRecord& p = t.regions[j - 1];
+      if (r.base <= p.base || r.base - p.base < p.len) {
+        return bad(fmt::format("region {} [{:#x}, +{}) is out of order with or overlaps region {} [{:#x}, +{})", j,
+                               r.base, r.len, j - 1, p.base, p.len));
+      }
+    }
+    if (kind > static_cast<uint8_t>(transport::MemKind::kDevice)) {
+      return bad(fmt::format("region {} has memory kind {}", j, kind));
+    }
     r.kind = static_cast<transport::MemKind>(kind);
+    if (nkeys > kMaxTableKeys) return bad(fmt::format("region {} has {} keys (at most {})", j, nkeys, kMaxTableKeys));
     for (uint32_t i = 0; i < nkeys; ++i) {
       std::string name, blob;
-      if (!rd.GetBytes(&name) || !rd.GetBytes(&blob)) return bad();
-      r.keys.emplace(std::move(name), std::move(blob));
+      if (!rd.GetBytes(&name, kMaxKeyName) || !rd.GetBytes(&blob, kMaxKeyBlob)) {
+        return bad(
+            fmt::format("key {} of region {} is cut or too long (names of at most {} bytes, blobs of at most {})", i, j,
+                        kMaxKeyName, kMaxKeyBlob));
+      }
+      // In the order Serialize writes them (by name), so each name once.
+      if (!r.keys.empty() && name <= r.keys.rbegin()->first) {
+        return bad(fmt::format("region {} repeats a key's name or lists its keys out of order", j));
+      }
+      r.keys.emplace_hint(r.keys.end(), std::move(name), std::move(blob));
     }
   }
+  if (!rd.empty()) return bad(fmt::format("{} bytes after its last region", rd.left()));
   return t;
 }
 

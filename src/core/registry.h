@@ -33,6 +33,15 @@ struct RegionRecord {
 };
 
 // The table a rank serves to its peers; `generation` grows with every change.
+// Parse treats its bytes as untrusted: regions sorted by base, non-empty,
+// not wrapping, not overlapping; at most kMaxTableRegions regions of at most
+// kMaxTableKeys keys (names in increasing order, of at most kMaxKeyName bytes; blobs of
+// at most kMaxKeyBlob); nothing after the last region.  Whether a key blob
+// fits its region is for its transport's UnpackKey to say.
+inline constexpr uint32_t kMaxTableRegions = 1u << 16;
+inline constexpr uint32_t kMaxTableKeys = 16;
+inline constexpr uint32_t kMaxKeyName = 64;
+inline constexpr uint32_t kMaxKeyBlob = 16u << 10;
 struct RegionTable {
   uint64_t generation = 0;
   std::vector<RegionRecord> regions;

@@ -146,7 +146,10 @@ Result<std::string> Session::Serve(int from, uint8_t type, std::string_view payl
     }
     case ControlMsg::kInvalidate: {
       auto m = DecodeInvalidation(payload);
-      if (!m) return Err(Errc::kInvalidArg, "malformed invalidation");
+      if (!m) {
+        HIXL_LOG_WARN("refused a malformed invalidation ({} bytes, not 24) from peer {}", payload.size(), from);
+        return Err(Errc::kInvalidArg, "malformed invalidation ({} bytes)", payload.size());
+      }
       HIXL_ASSIGN_OR_RETURN(std::shared_ptr<PeerSession> peer, delegate_->PeerFor(from));
       if (peer) peer->table().Invalidate(m->generation, m->base, m->len);
       return std::string();

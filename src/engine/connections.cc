@@ -96,9 +96,13 @@ Result<std::shared_ptr<core::PeerSession>> Engine::Impl::PeerFor(int from) {
 }
 
 Status Engine::Impl::Notified(int from, std::string_view payload) {
-  (void)from;
   auto m = core::DecodeNamedNotify(payload);
-  if (!m) return Err(Errc::kInvalidArg, "malformed notification");
+  if (!m) {
+    HIXL_LOG_WARN("engine {}: refused a malformed notification of {} bytes from connection {} (name + msg at most {})",
+                  local_name, payload.size(), from, core::kMaxNamedNotifyBytes);
+    return Err(Errc::kInvalidArg, "malformed notification ({} bytes; name + msg at most {})", payload.size(),
+               core::kMaxNamedNotifyBytes);
+  }
   size_t waiting = 0;
   if (!notifies.Push(NotifyDesc{std::move(m->name), std::move(m->msg)}, &waiting)) {
     return Err(Errc::kQueueFull,

@@ -5,6 +5,7 @@
 // crosses this boundary.
 #include <hixl/hixl.h>
 
+#include <algorithm>
 #include <cstring>
 #include <exception>
 #include <functional>
@@ -190,10 +191,13 @@ int hixl_notify(int dst_rank, const void* bytes, size_t len) {
   });
 }
 
+// Never more than the caller's field holds (the receiver refuses longer
+// notifications already; this is the last line).
 static void CopyOut(const hixl::Notification& n, hixl_notification_t* out) {
+  const size_t len = std::min(n.data.size(), sizeof(out->data));
   out->src_rank = n.src_rank;
-  out->len = static_cast<uint32_t>(n.data.size());
-  std::memcpy(out->data, n.data.data(), n.data.size());
+  out->len = static_cast<uint32_t>(len);
+  std::memcpy(out->data, n.data.data(), len);
 }
 
 int hixl_get_notifications(hixl_notification_t* out, int max, int* count) {

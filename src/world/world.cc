@@ -303,6 +303,14 @@ Result<std::shared_ptr<PeerSession>> WorldImpl::PeerFor(int from) {
 
 Status WorldImpl::Notified(int from, std::string_view payload) {
   HIXL_RETURN_IF_ERROR(CheckFrom(from));
+  // hixl_notify sends at most HIXL_NOTIFY_MAX_BYTES; a longer one would not
+  // fit the receiver's hixl_notification_t.  Refused, never queued.
+  if (payload.size() > HIXL_NOTIFY_MAX_BYTES) {
+    HIXL_LOG_WARN("rank {}: refused a notification of {} bytes from rank {} (at most HIXL_NOTIFY_MAX_BYTES = {})",
+                  rank(), payload.size(), from, HIXL_NOTIFY_MAX_BYTES);
+    return Err(Errc::kInvalidArg, "a notification of {} bytes is longer than HIXL_NOTIFY_MAX_BYTES ({})",
+               payload.size(), HIXL_NOTIFY_MAX_BYTES);
+  }
   return EnqueueNotification(from, std::string(payload));
 }
 

@@ -331,8 +331,8 @@ RegionTable SampleTable() {
   RegionRecord c;
   c.base = 0x7fff0000;
   c.len = 1;
-  c.keys[""] = "";  // empty name and blob
-  t.regions = {a, b, c};
+  c.keys[""] = "";        // empty name and blob
+  t.regions = {c, a, b};  // sorted by base, as Parse requires
   return t;
 }
 

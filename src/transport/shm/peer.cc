@@ -11,6 +11,19 @@ Status NotConnected(const Peer& p) {
              p.rank);
 }
 
+Result<KeyFields> ParseKey(std::string_view blob, uint64_t len, int peer) {
+  net::Reader r(blob);
+  KeyFields k;
+  if (!r.Get(&k.segment) || !r.Get(&k.offset) || !r.Get(&k.size) || !r.empty()) {
+    return Err(Errc::kTransport, "shm: malformed key from rank {} ({} bytes, not 20)", peer, blob.size());
+  }
+  if (k.offset > k.size || len > k.size - k.offset) {
+    return Err(Errc::kTransport, "shm: the key of rank {} puts {} bytes at offset {} of a segment of {}", peer, len,
+               k.offset, k.size);
+  }
+  return k;
+}
+
 Status Peer::Request(const Msg& m, int fd_to_pass, Msg* reply, net::Fd* reply_fd, int64_t timeout_ms) {
   if (closed.load(std::memory_order_acquire)) return NotConnected(*this);
   net::Deadline deadline = net::DeadlineIn(timeout_ms);

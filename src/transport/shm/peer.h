@@ -47,6 +47,18 @@ struct Peer {
   void CloseConnection();
 };
 
+// What a heap region's key blob says: [u32 segment][u64 offset][u64 size].
+struct KeyFields {
+  uint32_t segment = 0;
+  uint64_t offset = 0;  // where the region starts in the segment
+  uint64_t size = 0;    // the bytes of the segment the region needs mapped
+};
+// Parses an untrusted key blob for a region of len bytes: exactly 20 bytes,
+// and the region [offset, offset+len) inside the first `size` bytes.  Whether
+// the segment really has `size` bytes is MapSegment's check (fstat of the
+// memfd the owner passes).  `peer` names the peer in the error.
+Result<KeyFields> ParseKey(std::string_view blob, uint64_t len, int peer);
+
 // The error of every call for a peer after Disconnect.
 Status NotConnected(const Peer& p);
 

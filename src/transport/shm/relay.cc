@@ -4,6 +4,7 @@
 #include <linux/futex.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -265,8 +266,16 @@ void CloseRelay(Peer* p, const RelayContext& cx) {
   cx.open_channels->fetch_sub(1, std::memory_order_acq_rel);
 }
 
+uint64_t RelayChannelBytes() { return kChannelBytes; }
+
 Result<Mapping> AcceptRelayChannel(int memfd, uint64_t size) {
   if (size != kChannelBytes) return Err(Errc::kInvalidArg, "a relay channel of {} bytes", size);
+  // The size the message claims is untrusted: mapped past the end of the
+  // file, the first touch would raise SIGBUS in the progress thread.
+  struct stat st {};
+  if (::fstat(memfd, &st) != 0 || st.st_size < 0 || static_cast<uint64_t>(st.st_size) < kChannelBytes) {
+    return Err(Errc::kInvalidArg, "a relay channel whose memfd has {} bytes, not {}", st.st_size, kChannelBytes);
+  }
   HIXL_ASSIGN_OR_RETURN(Mapping map, MapShared(memfd, kChannelBytes));
   if (static_cast<ChannelHeader*>(map.get())->magic != kChannelMagic) {
     return Err(Errc::kTransport, "not a relay channel");

@@ -58,6 +58,8 @@ void CloseRelay(Peer* p, const RelayContext& cx);
 
 // Maps a channel an origin passed (its memfd and size), checking it.
 Result<Mapping> AcceptRelayChannel(int memfd, uint64_t size);
+// The size of every relay channel (what AcceptRelayChannel wants).
+uint64_t RelayChannelBytes();
 // Serves the requests posted on `channel`, in ring order from *next on,
 // each only if host says the range lies in a registered region.
 void ServeRelay(const Mapping& channel, uint32_t* next, const Host& host);

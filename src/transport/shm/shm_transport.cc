@@ -132,22 +132,14 @@ class ShmTransport final : public Transport {
     HIXL_ASSIGN_OR_RETURN(std::shared_ptr<Peer> p, GetPeer(peer));
     key->peer = p;
     if (key_blob.empty()) return std::shared_ptr<RemoteKey>(key);
-    net::Reader r(key_blob);
-    uint32_t seg = 0;
-    uint64_t off = 0, size = 0;
-    if (!r.Get(&seg) || !r.Get(&off) || !r.Get(&size)) {
-      return Err(Errc::kTransport, "shm: malformed key from rank {}", peer);
-    }
-    if (off > size || len > size - off) {
-      // An untrusted blob: the region must lie inside the segment it names.
-      return Err(Errc::kTransport, "shm: the key of rank {} for [{:#x}, +{}) does not fit its segment", peer, base,
-                 len);
-    }
+    // An untrusted blob: the region must lie inside the segment it names,
+    // and MapSegment checks the segment's real size.
+    HIXL_ASSIGN_OR_RETURN(KeyFields f, ParseKey(key_blob, len, peer));
     if (p->self) {
       key->mapped = reinterpret_cast<uint8_t*>(base);
     } else {
-      HIXL_ASSIGN_OR_RETURN(key->segment, p->MapSegment(seg, size, WaitMs(*host_)));
-      key->mapped = static_cast<uint8_t*>(key->segment->get()) + off;
+      HIXL_ASSIGN_OR_RETURN(key->segment, p->MapSegment(f.segment, f.size, WaitMs(*host_)));
+      key->mapped = static_cast<uint8_t*>(key->segment->get()) + f.offset;
     }
     return std::shared_ptr<RemoteKey>(key);
   }
