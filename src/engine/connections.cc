@@ -169,7 +169,10 @@ Status Engine::Impl::Register(const MemDesc& mem, MemType type) {
 
 Status Engine::Impl::Deregister(MemHandle handle) {
   // Every engine holding our table forgets the region before this returns.
-  Status s = session->RemoveRegion(reinterpret_cast<uint64_t>(handle), false);
+  std::optional<LocalRegistry::Region> removed;
+  Status s = session->RemoveRegion(reinterpret_cast<uint64_t>(handle), false, &removed);
+  // Removed, but some engine did not acknowledge (gone, or silent: named).
+  if (!s.ok() && removed) return Err(s.code(), "Engine::DeregisterMem: {}", s.message());
   if (!s.ok()) {
     return Err(Errc::kInvalidArg, "Engine::DeregisterMem: handle {} is not a registration of this engine ({})", handle,
                s.message());
@@ -276,8 +279,15 @@ Status Engine::Impl::Disconnect(const std::string& remote, int32_t timeout_ms) {
     conns.erase(it);
     conns_by_id.erase(c->id);
   }
+  // Transfers on this connection (asynchronous ones included) end before
+  // this returns: the table forgets every region and we wait for those
+  // that used it, then for what they left in flight.
+  c->peer->table().Close();
+  Status quiet = c->peer->Quiesce(timeout_ms);
   if (!c->broken)
     (void)c->peer->Call(ControlMsg::kBye, {}, timeout_ms);  // it may have gone; we are disconnected anyway
+  if (!quiet.ok())
+    return Err(quiet.code(), "Engine::Disconnect: disconnected from {}, but {}", remote, quiet.message());
   return Status::Ok();
 }
 

@@ -15,6 +15,10 @@ Status Engine::Impl::Run(const char* api, Conn& c, TransferOp op, const std::vec
   if (op != READ && op != WRITE) return Err(Errc::kInvalidArg, "{}: unknown TransferOp {}", api, static_cast<int>(op));
   std::vector<const PeerTable::Entry*> keys(descs.size());
   bool refreshed = false;
+  // The pin holds every entry found until the transfer is complete (the
+  // final flush), so a deregistration on the peer waits for it.  It is let
+  // go while refreshing, and the batch is looked up again afterwards.
+  PeerTable::Pin pin = c.peer->table().Hold();
   for (size_t i = 0; i < descs.size(); ++i) {
     const TransferOpDesc& d = descs[i];
     if (d.len == 0) continue;
@@ -29,9 +33,12 @@ Status Engine::Impl::Run(const char* api, Conn& c, TransferOp op, const std::vec
     const PeerTable::Entry* e = c.peer->table().Find(d.remote_addr, d.len);
     if (!e && !refreshed) {
       // The peer may have registered since we last looked: once per batch.
+      pin.Release();
       HIXL_RETURN_IF_ERROR(c.peer->Refresh(cfg.timeout_ms));
       refreshed = true;
-      e = c.peer->table().Find(d.remote_addr, d.len);
+      pin = c.peer->table().Hold();
+      i = static_cast<size_t>(-1);  // again from the first block, under the new pin
+      continue;
     }
     if (!e) {
       return Err(Errc::kNotRegistered,
@@ -68,6 +75,7 @@ Status Engine::Impl::Run(const char* api, Conn& c, TransferOp op, const std::vec
     }
   }
   Status s = c.peer->transport().Flush(c.peer->id());
+  if (s.ok()) s = c.peer->TakeDeferred();  // failures a deregistration's fence completed for us
   if (!s.ok()) return Err(s.code(), "{}: completing the transfer with engine {}: {}", api, c.name, s.message());
   return Status::Ok();
 }

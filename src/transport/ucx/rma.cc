@@ -47,7 +47,9 @@ Status Rma::FlushAll(std::unique_lock<std::mutex>& lock, net::Deadline deadline)
 }
 
 Status Rma::FlushPeer(std::unique_lock<std::mutex>& lock, const std::shared_ptr<Peer>& p, net::Deadline deadline) {
-  if (!p || !p->dirty) return Status::Ok();  // nothing went to it through UCX since the last flush
+  // Nothing went to it through UCX since the last flush, and that flush (which
+  // may be another thread's, still waiting) has completed.
+  if (!p || (!p->dirty && p->outstanding == 0 && p->flushing == 0)) return Status::Ok();
   std::erase(dirty_, p);
   return FlushPeers(lock, {p}, deadline);
 }
