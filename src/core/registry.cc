@@ -1,6 +1,8 @@
 #include "core/registry.h"
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 
 #include "base/socket.h"
 
@@ -173,6 +175,7 @@ uint64_t PeerTable::generation() const { return current_.load(std::memory_order_
 
 bool PeerTable::Install(uint64_t generation, std::vector<Entry> entries) {
   std::lock_guard lock(mu_);
+  if (closed_) return true;  // nothing is installed any more; lookups miss
   if (generation < known_generation_) return false;
   known_generation_ = generation;
   std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) { return a.base < b.base; });
@@ -196,6 +199,46 @@ void PeerTable::Invalidate(uint64_t generation, uint64_t base, uint64_t len) {
   }
   current_.store(s.get(), std::memory_order_release);
   snapshots_.push_back(std::move(s));
+}
+
+void PeerTable::Close() {
+  std::lock_guard lock(mu_);
+  closed_ = true;
+  auto s = std::make_unique<Snapshot>();
+  s->generation = current_.load(std::memory_order_relaxed)->generation;
+  current_.store(s.get(), std::memory_order_release);
+  snapshots_.push_back(std::move(s));
+}
+
+PeerTable::Pin PeerTable::Hold() const {
+  for (;;) {
+    // seq_cst: the counter's increment is ordered before the second epoch
+    // load, so an AwaitReaders that advanced the epoch after it sees it.
+    const uint64_t e = epoch_.load(std::memory_order_seq_cst);
+    std::atomic<int64_t>& c = readers_[e & 1];
+    c.fetch_add(1, std::memory_order_seq_cst);
+    if (epoch_.load(std::memory_order_seq_cst) == e) return Pin(&c);
+    c.fetch_sub(1, std::memory_order_release);  // raced with AwaitReaders: take the new epoch's counter
+  }
+}
+
+bool PeerTable::AwaitReaders(int64_t timeout_ms) {
+  std::lock_guard lock(await_mu_);
+  // Readers that see the new epoch also see the snapshot stored before it;
+  // those counted in the old epoch's counter are the ones to wait for.
+  const uint64_t old = epoch_.fetch_add(1, std::memory_order_seq_cst);
+  const std::atomic<int64_t>& c = readers_[old & 1];
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  for (int spin = 0; c.load(std::memory_order_acquire) != 0; ++spin) {
+    if (spin < 256) continue;
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    if (spin < 1024) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));  // a long transfer: do not burn a core
+    }
+  }
+  return true;
 }
 
 Status AddRegionEverywhere(LocalRegistry& registry,

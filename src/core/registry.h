@@ -12,6 +12,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
@@ -85,8 +86,39 @@ class LocalRegistry {
 // without locks on the fast path, replaced under a mutex on refresh or
 // invalidation.  Replaced snapshots are kept until destruction, because a
 // reader may still hold one (see the known limitation in README.md).
+//
+// Pins make an invalidation a fence: an operation takes a Pin before it
+// looks an entry up and keeps it until the transport call that uses the
+// entry has returned; AwaitReaders, after an invalidation, waits until every
+// pin taken before it is released.  A pin is two atomic additions on one of
+// two counters chosen by an epoch that AwaitReaders advances, so a steady
+// stream of new readers cannot starve it.
 class PeerTable {
  public:
+  class Pin {
+   public:
+    Pin() = default;
+    explicit Pin(std::atomic<int64_t>* counter) : counter_(counter) {}
+    Pin(Pin&& o) noexcept : counter_(std::exchange(o.counter_, nullptr)) {}
+    Pin& operator=(Pin&& o) noexcept {
+      if (this != &o) {
+        Release();
+        counter_ = std::exchange(o.counter_, nullptr);
+      }
+      return *this;
+    }
+    Pin(const Pin&) = delete;
+    Pin& operator=(const Pin&) = delete;
+    ~Pin() { Release(); }
+    void Release() {
+      if (counter_) counter_->fetch_sub(1, std::memory_order_release);
+      counter_ = nullptr;
+    }
+
+   private:
+    std::atomic<int64_t>* counter_ = nullptr;
+  };
+
   struct Entry {
     uint64_t base;
     uint64_t len;
@@ -106,12 +138,26 @@ class PeerTable {
   bool Install(uint64_t generation, std::vector<Entry> entries);
   // The owner removed the regions overlapping [base, base+len) at `generation`.
   void Invalidate(uint64_t generation, uint64_t base, uint64_t len);
+  // Forgets every region and refuses to install tables from now on (the
+  // connection is going).
+  void Close();
+
+  // Holds entries found from now until the pin is released (lock-free).
+  Pin Hold() const;
+  // Waits until every pin taken before this call is released; false when
+  // timeout_ms passes first.  Call after Invalidate/Close: afterwards no
+  // operation uses a removed entry.
+  bool AwaitReaders(int64_t timeout_ms);
 
  private:
   std::atomic<const Snapshot*> current_;
   std::mutex mu_;
   uint64_t known_generation_ = 0;
+  bool closed_ = false;
   std::vector<std::unique_ptr<Snapshot>> snapshots_;
+  mutable std::atomic<uint64_t> epoch_{0};
+  mutable std::atomic<int64_t> readers_[2] = {0, 0};  // pins taken in even / odd epochs
+  std::mutex await_mu_;                               // one AwaitReaders at a time
 };
 
 // Registers `region` with every transport (collecting each one's key blob)

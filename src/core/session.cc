@@ -1,6 +1,8 @@
 #include "core/session.h"
 
 #include <algorithm>
+#include <chrono>
+#include <utility>
 
 #include "base/log.h"
 
@@ -25,10 +27,42 @@ Status PeerSession::Refresh(int64_t timeout_ms) {
   });
 }
 
-Result<const PeerTable::Entry*> PeerSession::Find(uint64_t addr, uint64_t len, int64_t timeout_ms) {
+Result<const PeerTable::Entry*> PeerSession::Find(uint64_t addr, uint64_t len, int64_t timeout_ms,
+                                                  PeerTable::Pin* pin) {
+  *pin = table_.Hold();
   if (const PeerTable::Entry* e = table_.Find(addr, len)) return e;
+  pin->Release();
   HIXL_RETURN_IF_ERROR(Refresh(timeout_ms));
+  *pin = table_.Hold();
   return table_.Find(addr, len);
+}
+
+Status PeerSession::Quiesce(int64_t timeout_ms) {
+  const auto start = std::chrono::steady_clock::now();
+  if (!table_.AwaitReaders(timeout_ms)) {
+    return Err(Errc::kTimeout, "transfers to {} still used the region after {} ms", who_, timeout_ms);
+  }
+  // What those operations left in flight (UCX puts, relayed slots) completes
+  // here: its data lands, or fails, before the owner hears back.
+  Status s = transport_->Flush(id_);
+  if (s.ok()) return s;
+  if (s.code() == Errc::kTimeout) {
+    const auto waited =
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
+    return Err(Errc::kTimeout, "transfers to {} were still in flight after {} ms: {}", who_, waited, s.message());
+  }
+  // Failed transfers landed nothing; their issuer hears of them at its fence.
+  std::lock_guard lock(deferred_mu_);
+  if (deferred_.ok()) deferred_ = std::move(s);
+  has_deferred_.store(true, std::memory_order_release);
+  return Status::Ok();
+}
+
+Status PeerSession::TakeDeferred() {
+  if (!has_deferred_.load(std::memory_order_acquire)) return Status::Ok();
+  std::lock_guard lock(deferred_mu_);
+  has_deferred_.store(false, std::memory_order_relaxed);
+  return std::exchange(deferred_, Status::Ok());
 }
 
 // ---------------------------------------------------------------- Session
@@ -151,7 +185,11 @@ Result<std::string> Session::Serve(int from, uint8_t type, std::string_view payl
         return Err(Errc::kInvalidArg, "malformed invalidation ({} bytes)", payload.size());
       }
       HIXL_ASSIGN_OR_RETURN(std::shared_ptr<PeerSession> peer, delegate_->PeerFor(from));
-      if (peer) peer->table().Invalidate(m->generation, m->base, m->len);
+      if (!peer) return std::string();
+      peer->table().Invalidate(m->generation, m->base, m->len);
+      // The acknowledgement is the fence: only once our transfers into the
+      // region have finished.
+      HIXL_RETURN_IF_ERROR(peer->Quiesce(opts_.node.timeout_ms));
       return std::string();
     }
     case ControlMsg::kNotify: HIXL_RETURN_IF_ERROR(delegate_->Notified(from, payload)); return std::string();
@@ -173,22 +211,45 @@ Status Session::RemoveRegion(uint64_t base, bool heap, std::optional<LocalRegist
   HIXL_RETURN_IF_ERROR(registry_.Remove(base, heap, &gone));
   if (!gone) return Status::Ok();  // references remain
   const Invalidation inv{registry_.generation(), base, gone->desc.len};
-  if (self_peer_) self_peer_->table().Invalidate(inv.generation, inv.base, inv.len);
-  // Every peer that holds a copy of our table forgets the region before we
-  // return, so no access reaches it afterwards.  Copied out: our own control
-  // thread (a connection to ourselves) may need the lock to answer.
-  std::vector<Subscriber> subs;
+  Status dead;    // the first subscriber found gone
+  Status silent;  // the first that did not acknowledge
+  if (self_peer_) {
+    self_peer_->table().Invalidate(inv.generation, inv.base, inv.len);
+    silent = self_peer_->Quiesce(opts_.node.timeout_ms);
+  }
+  // Every peer that holds a copy of our table forgets the region, and
+  // finishes its transfers into it, before it answers.  Copied out: our own
+  // control thread (a connection to ourselves) may need the lock to answer.
+  std::vector<std::pair<int, Subscriber>> subs;
   {
     std::lock_guard lock(subscribers_mu_);
-    for (auto& [from, s] : subscribers_) subs.push_back(s);
+    for (auto& [from, s] : subscribers_) subs.emplace_back(from, s);
   }
   const std::string payload = Encode(inv);
-  for (const Subscriber& s : subs) {
+  for (const auto& [from, s] : subs) {
     auto r = s.client->Call(Wire(ControlMsg::kInvalidate), payload, opts_.node.timeout_ms);
-    if (!r.ok()) HIXL_LOG_DEBUG("{} did not acknowledge a deregistration: {}", s.who, r.status().message());
+    if (r.ok()) continue;
+    if (r.status().code() == Errc::kPeerFailed) {
+      // A peer that is gone reaches nothing any more: done with it.
+      HIXL_LOG_WARN("{} is gone; it no longer holds region [{:#x}, +{}): {}", s.who, base, inv.len,
+                    r.status().message());
+      Unsubscribe(from);
+      if (dead.ok()) dead = Err(Errc::kPeerFailed, "{} is gone ({})", s.who, r.status().message());
+    } else if (silent.ok()) {
+      silent = Err(r.status().code(), "{} did not acknowledge within {} ms that it no longer accesses it: {}", s.who,
+                   opts_.node.timeout_ms, r.status().message());
+    }
   }
+  // The transports' registration (UCX memory handle, the node's range that
+  // the relay checks) goes only after the answers: a late relayed or UCX
+  // write then fails instead of landing.
   node_->Release(gone->desc, gone->heap);
   if (removed) *removed = std::move(gone);
+  const std::string what = fmt::format("region [{:#x}, +{}) is deregistered here, but", base, inv.len);
+  if (!silent.ok()) {
+    return Err(silent.code(), "{} {}; that peer may still reach the memory", what, silent.message());
+  }
+  if (!dead.ok()) return Err(Errc::kPeerFailed, "{} {}; every other peer acknowledged", what, dead.message());
   return Status::Ok();
 }
 

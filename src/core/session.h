@@ -19,6 +19,7 @@
 // and answers the Session's few questions about them (Session::Delegate).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -63,8 +64,21 @@ class PeerSession {
   Status Refresh(int64_t timeout_ms);
   // The cached entry holding [addr, addr+len) wholly; on a miss the table is
   // refreshed once (the peer may have registered since).  nullptr when the
-  // peer has no such region.
-  Result<const PeerTable::Entry*> Find(uint64_t addr, uint64_t len, int64_t timeout_ms);
+  // peer has no such region.  *pin holds the entry (see PeerTable::Pin):
+  // keep it until the transport call that uses the entry has returned.  No
+  // pin is held while refreshing (that waits on the peer's control thread).
+  Result<const PeerTable::Entry*> Find(uint64_t addr, uint64_t len, int64_t timeout_ms, PeerTable::Pin* pin);
+
+  // Makes an invalidation (or Close) of the table a fence, on the thread
+  // that serves it: waits until the operations that were using removed
+  // entries have returned, then completes what they left in flight on the
+  // transport (Flush(peer)), all bounded by timeout_ms.  kTimeout when
+  // either did not finish in time: the peer may then still be reached.
+  // Errors of the flushed transfers themselves are kept for the next
+  // TakeDeferred, which their issuer's fence calls.
+  Status Quiesce(int64_t timeout_ms);
+  // An error a Quiesce collected from the transport (OK when none); cleared.
+  Status TakeDeferred();
 
  private:
   const int id_;
@@ -74,6 +88,9 @@ class PeerSession {
   const LocalRegistry* const self_;
   PeerTable table_;
   std::mutex refresh_mu_;
+  std::atomic<bool> has_deferred_{false};
+  std::mutex deferred_mu_;
+  Status deferred_;
 };
 
 class Session final {
@@ -166,9 +183,17 @@ class Session final {
   // door's table.
   Status AddRegion(LocalRegistry::Region region);
   // Drops one reference of the region at base.  When the last goes, every
-  // subscriber forgets the region before this returns (each is awaited,
-  // bounded by the timeout), then the node releases it; *removed (if given)
-  // receives the region.  Blocks on the subscribers' answers.
+  // subscriber forgets the region and finishes its transfers into or out of
+  // it (PeerSession::Quiesce) before it answers; each answer is awaited,
+  // bounded by the timeout; then the node releases the region, and *removed
+  // (if given) receives it.  The region is gone from the table whatever the
+  // answers; the result says whether every peer answered:
+  //  * OK: no peer's transfer touches the region after this returns;
+  //  * kPeerFailed: some subscriber is gone (named; it is dropped, and can
+  //    no longer reach the region), every other one answered;
+  //  * kTimeout (or the peer's error): a subscriber did not answer in time,
+  //    and may still reach the memory (named).  *removed is set still.
+  // Blocks on the subscribers' answers.
   Status RemoveRegion(uint64_t base, bool heap, std::optional<LocalRegistry::Region>* removed = nullptr);
   void Unsubscribe(int from);
   // Releases every region of this door (at teardown).

@@ -174,7 +174,10 @@ Status Engine::Impl::Register(const MemDesc& mem, MemType type) {
 
 Status Engine::Impl::Deregister(MemHandle handle) {
   // Every engine holding our table forgets the region before this returns.
-  Status s = session->RemoveRegion(reinterpret_cast<uint64_t>(handle), false);
+  std::optional<LocalRegistry::Region> removed;
+  Status s = session->RemoveRegion(reinterpret_cast<uint64_t>(handle), false, &removed);
+  // Removed, but some engine did not acknowledge (gone, or silent: named).
+  if (!s.ok() && removed) return Err(s.code(), "Engine::DeregisterMem: {}", s.message());
   if (!s.ok()) {
     return Err(Errc::kInvalidArg, "Engine::DeregisterMem: handle {} is not a registration of this engine ({})", handle,
                s.message());
@@ -294,6 +297,11 @@ Status Engine::Impl::Disconnect(const std::string& remote, int32_t timeout_ms) {
     conns_by_id.erase(c->id);
   }
   const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+  // Transfers on this connection (asynchronous ones included) end before
+  // this returns: the table forgets every region and we wait for those
+  // that used it, then for what they left in flight.
+  c->peer->table().Close();
+  Status quiet = c->peer->Quiesce(timeout_ms);
   if (!c->broken)
     (void)c->peer->Call(ControlMsg::kBye, {}, timeout_ms);  // it may have gone; we are disconnected anyway
   // Everything the connection took goes now: the transport's resources for
@@ -306,6 +314,8 @@ Status Engine::Impl::Disconnect(const std::string& remote, int32_t timeout_ms) {
     const transport::CallDeadline bound(deadline);
     session->ReleasePeerId(c->peer->id());
   }
+  if (!quiet.ok())
+    return Err(quiet.code(), "Engine::Disconnect: disconnected from {}, but {}", remote, quiet.message());
   return Status::Ok();
 }
 

@@ -16,8 +16,6 @@ Status Engine::Impl::Run(const char* api, Conn& c, TransferOp op, const std::vec
   // Every wait in the transport (a full relay ring, the flush) ends by this
   // call's own deadline, whatever another peer does.
   const transport::CallDeadline bound(deadline);
-  std::vector<const PeerTable::Entry*> keys(descs.size());
-  bool refreshed = false;
   for (size_t i = 0; i < descs.size(); ++i) {
     const TransferOpDesc& d = descs[i];
     if (d.len == 0) continue;
@@ -29,21 +27,36 @@ Status Engine::Impl::Run(const char* api, Conn& c, TransferOp op, const std::vec
       return Err(Errc::kInvalidArg, "{}: block {} of {}: a range of {} bytes wraps around", api, i, descs.size(),
                  d.len);
     }
-    const PeerTable::Entry* e = c.peer->table().Find(d.remote_addr, d.len);
-    if (!e && !refreshed) {
-      // The peer may have registered since we last looked: once per batch.
-      HIXL_RETURN_IF_ERROR(c.peer->Refresh(cfg.timeout_ms));
-      refreshed = true;
-      e = c.peer->table().Find(d.remote_addr, d.len);
+  }
+  // Every block's entry, under one pin that holds them until the transfer
+  // is complete (the final flush), so a deregistration on the peer waits
+  // for it.  Returns the first block that misses (descs.size(): none).
+  std::vector<const PeerTable::Entry*> keys(descs.size());
+  auto find_all = [&]() {
+    for (size_t i = 0; i < descs.size(); ++i) {
+      if (descs[i].len == 0) continue;
+      keys[i] = c.peer->table().Find(descs[i].remote_addr, descs[i].len);
+      if (!keys[i]) return i;
     }
-    if (!e) {
-      return Err(Errc::kNotRegistered,
-                 "{}: Remote memory not registered: engine {} has no registered region holding {} bytes at {:#x} "
-                 "(block {} of {}; the range [{:#x}, {:#x}) must lie inside one region it registered); nothing "
-                 "was transferred",
-                 api, c.name, d.len, d.remote_addr, i, descs.size(), d.remote_addr, d.remote_addr + d.len);
-    }
-    keys[i] = e;
+    return descs.size();
+  };
+  PeerTable::Pin pin = c.peer->table().Hold();
+  size_t miss = find_all();
+  if (miss < descs.size()) {
+    // The peer may have registered since we last looked: once per batch,
+    // with no pin held (the refresh waits on the peer), then all again.
+    pin.Release();
+    HIXL_RETURN_IF_ERROR(c.peer->Refresh(cfg.timeout_ms));
+    pin = c.peer->table().Hold();
+    miss = find_all();
+  }
+  if (miss < descs.size()) {
+    const TransferOpDesc& d = descs[miss];
+    return Err(Errc::kNotRegistered,
+               "{}: Remote memory not registered: engine {} has no registered region holding {} bytes at {:#x} "
+               "(block {} of {}; the range [{:#x}, {:#x}) must lie inside one region it registered); nothing "
+               "was transferred",
+               api, c.name, d.len, d.remote_addr, miss, descs.size(), d.remote_addr, d.remote_addr + d.len);
   }
   // Issued in chunks, so that the deadline and `stop` are looked at
   // between them (a transport may move a chunk with few calls).
@@ -71,6 +84,7 @@ Status Engine::Impl::Run(const char* api, Conn& c, TransferOp op, const std::vec
     }
   }
   Status s = c.peer->transport().Flush(c.peer->id());
+  if (s.ok()) s = c.peer->TakeDeferred();  // failures a deregistration's fence completed for us
   if (!s.ok()) return Err(s.code(), "{}: completing the transfer with engine {}: {}", api, c.name, s.message());
   return Status::Ok();
 }

@@ -230,10 +230,18 @@ Status WorldImpl::Free(void* ptr) {
   if (!ptr) return Status::Ok();
   if (!heap_->Contains(ptr))
     return Err(Errc::kInvalidArg, "hixl_free: {} is not symmetric memory from hixl_alloc", ptr);
-  Status s = session_->RemoveRegion(reinterpret_cast<uint64_t>(ptr), true);
-  if (!s.ok()) return Err(s.code(), "hixl_free: {}", s.message());
+  std::optional<LocalRegistry::Region> removed;
+  Status s = session_->RemoveRegion(reinterpret_cast<uint64_t>(ptr), true, &removed);
+  if (!s.ok() && !removed) return Err(s.code(), "hixl_free: {}", s.message());
+  if (!s.ok() && s.code() != Errc::kPeerFailed) {
+    // A peer may still write the block: it is never handed out again.
+    return Err(s.code(), "hixl_free: {}; the block is kept out of the heap for good", s.message());
+  }
+  // Every live peer acknowledged (a peer that is gone maps nothing any more).
   auto freed = heap_->Free(ptr);
-  return freed.status();
+  if (!freed.ok()) return freed.status();
+  if (!s.ok()) return Err(s.code(), "hixl_free: {}", s.message());
+  return Status::Ok();
 }
 
 Status WorldImpl::Register(void* addr, size_t size) {
@@ -270,10 +278,15 @@ Status WorldImpl::CheckRemote(const char* op, int peer, uint64_t addr, const voi
   return Status::Ok();
 }
 
-Result<const PeerTable::Entry*> WorldImpl::Lookup(const char* op, int peer, uint64_t addr, size_t size) {
+Result<const PeerTable::Entry*> WorldImpl::Lookup(const char* op, int peer, uint64_t addr, size_t size,
+                                                  PeerTable::Pin* pin) {
   // A miss refreshes the table: the peer may have registered since we last looked.
-  HIXL_ASSIGN_OR_RETURN(const PeerTable::Entry* e, this->peer(peer).Find(addr, size, cfg_.timeout_ms));
+  HIXL_ASSIGN_OR_RETURN(const PeerTable::Entry* e, this->peer(peer).Find(addr, size, cfg_.timeout_ms, pin));
   if (e) return e;
+  return NotRegistered(op, peer, addr, size);
+}
+
+Status WorldImpl::NotRegistered(const char* op, int peer, uint64_t addr, size_t size) const {
   return Err(Errc::kNotRegistered,
              "Remote memory not registered: rank {} has no registered region holding {} bytes at {:#x} "
              "(the range [{:#x}, {:#x}) must lie inside one region that rank registered or allocated) [{}]",
@@ -325,7 +338,8 @@ Status WorldImpl::Put(int dst_rank, const void* src, uint64_t dst_addr, size_t s
     return dst_rank < 0 || dst_rank >= cfg_.world_size ? CheckRemote("hixl_put", dst_rank, 1, src, 0) : Status::Ok();
   }
   HIXL_RETURN_IF_ERROR(CheckRemote("hixl_put", dst_rank, dst_addr, src, size));
-  HIXL_ASSIGN_OR_RETURN(const PeerTable::Entry* e, Lookup("hixl_put", dst_rank, dst_addr, size));
+  PeerTable::Pin pin;
+  HIXL_ASSIGN_OR_RETURN(const PeerTable::Entry* e, Lookup("hixl_put", dst_rank, dst_addr, size, &pin));
   return peer(dst_rank).transport().Put(dst_rank, *e->key, src, dst_addr, size);
 }
 
@@ -334,11 +348,21 @@ Status WorldImpl::Get(int src_rank, uint64_t src_addr, void* dst, size_t size) {
     return src_rank < 0 || src_rank >= cfg_.world_size ? CheckRemote("hixl_get", src_rank, 1, dst, 0) : Status::Ok();
   }
   HIXL_RETURN_IF_ERROR(CheckRemote("hixl_get", src_rank, src_addr, dst, size));
-  HIXL_ASSIGN_OR_RETURN(const PeerTable::Entry* e, Lookup("hixl_get", src_rank, src_addr, size));
+  PeerTable::Pin pin;
+  HIXL_ASSIGN_OR_RETURN(const PeerTable::Entry* e, Lookup("hixl_get", src_rank, src_addr, size, &pin));
   return peer(src_rank).transport().Get(src_rank, *e->key, src_addr, dst, size);
 }
 
-Status WorldImpl::Fence() { return session_->Flush(); }
+Status WorldImpl::Fence() {
+  Status s = session_->Flush();
+  // Failures of transfers that a deregistration's fence completed.
+  for (const auto& p : peers_) {
+    if (!p) continue;
+    Status d = p->TakeDeferred();
+    if (s.ok() && !d.ok()) s = std::move(d);
+  }
+  return s;
+}
 
 Status WorldImpl::Barrier() {
   HIXL_RETURN_IF_ERROR(Fence());

@@ -77,7 +77,10 @@ class WorldImpl final : private Session::Delegate {
   Status ConnectPeers();
 
   Status CheckRemote(const char* op, int peer, uint64_t addr, const void* local, size_t size) const;
-  Result<const PeerTable::Entry*> Lookup(const char* op, int peer, uint64_t addr, size_t size);
+  // The entry holding the range, held by *pin until the caller's transport
+  // call has returned (a deregistration waits for it).
+  Result<const PeerTable::Entry*> Lookup(const char* op, int peer, uint64_t addr, size_t size, PeerTable::Pin* pin);
+  Status NotRegistered(const char* op, int peer, uint64_t addr, size_t size) const;
   PeerSession& peer(int r) const { return *peers_[static_cast<size_t>(r)]; }
 
   // Session::Delegate: control requests from rank `from`.

@@ -92,7 +92,8 @@ Status WorldImpl::Atomic(const char* api, int rank, uint64_t addr, transport::At
   static uint64_t dummy;
   HIXL_RETURN_IF_ERROR(CheckRemote(api, rank, addr, &dummy, sizeof(uint64_t)));
   if (addr % 8 != 0) return Err(Errc::kInvalidArg, "{}: the remote word at {:#x} is not 8-byte aligned", api, addr);
-  HIXL_ASSIGN_OR_RETURN(const PeerTable::Entry* e, Lookup(api, rank, addr, sizeof(uint64_t)));
+  PeerTable::Pin pin;
+  HIXL_ASSIGN_OR_RETURN(const PeerTable::Entry* e, Lookup(api, rank, addr, sizeof(uint64_t), &pin));
   uint64_t seen = 0;
   Status s = peer(rank).transport().Atomic(rank, *e->key, op, addr, operand, compare, &seen);
   if (!s.ok()) return Err(s.code(), "{}: {}", api, s.message());
@@ -111,10 +112,18 @@ Status WorldImpl::PutSignal(int dst_rank, const void* src, uint64_t dst_addr, si
   if (sig_addr % 8 != 0) {
     return Err(Errc::kInvalidArg, "hixl_put_signal: the signal word at {:#x} is not 8-byte aligned", sig_addr);
   }
-  HIXL_ASSIGN_OR_RETURN(const PeerTable::Entry* sig, Lookup("hixl_put_signal", dst_rank, sig_addr, 8));
+  // One pin holds both entries until the atomic has returned.
+  PeerTable::Pin pin;
+  HIXL_ASSIGN_OR_RETURN(const PeerTable::Entry* sig, Lookup("hixl_put_signal", dst_rank, sig_addr, 8, &pin));
   if (size > 0) {
     HIXL_RETURN_IF_ERROR(CheckRemote("hixl_put_signal", dst_rank, dst_addr, src, size));
-    HIXL_ASSIGN_OR_RETURN(const PeerTable::Entry* e, Lookup("hixl_put_signal", dst_rank, dst_addr, size));
+    const PeerTable::Entry* e = peer(dst_rank).table().Find(dst_addr, size);
+    if (!e) {
+      // The refresh runs with no pin held; then the signal word is looked up again under the new pin.
+      HIXL_ASSIGN_OR_RETURN(e, Lookup("hixl_put_signal", dst_rank, dst_addr, size, &pin));
+      sig = peer(dst_rank).table().Find(sig_addr, 8);
+      if (!sig) return NotRegistered("hixl_put_signal", dst_rank, sig_addr, 8);
+    }
     HIXL_RETURN_IF_ERROR(peer(dst_rank).transport().Put(dst_rank, *e->key, src, dst_addr, size));
   }
   // The transport orders the atomic after the put.

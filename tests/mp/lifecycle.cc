@@ -7,6 +7,10 @@
 //   lifecycle peer-dies    rank 1 exits without finalize; the others' next
 //                          barrier fails with HIXL_ERR_PEER_FAILED (on rank 0,
 //                          which hosts the store, naming rank 1)
+//   lifecycle dereg-peer-dies  rank 1, which holds rank 0's region table,
+//                          exits; rank 0's deregistration then says
+//                          HIXL_ERR_PEER_FAILED naming rank 1, and the next
+//                          one no longer waits for it
 //   lifecycle exit-early   rank 1 exits with code 3 at once; the others wait
 //                          for a signal that never comes (hixlrun must stop them)
 #include <dirent.h>
@@ -105,6 +109,33 @@ int main(int argc, char** argv) {
     std::printf("rank %d: barrier failed as it should: %s\n", me, hixl_last_error());
     return 0;
   }
+  if (mode == "dereg-peer-dies") {
+    // Rank 1 puts into rank 0's registered buffer, so it holds rank 0's table.
+    static uint64_t buf[8];
+    if (me == 0 && hixl_register_memory(buf, sizeof buf) != HIXL_SUCCESS) return Fail("register");
+    std::vector<uint64_t> bases(static_cast<size_t>(hixl_world_size()));
+    const auto mine = reinterpret_cast<uint64_t>(buf);
+    if (hixl_allgather(&mine, bases.data(), sizeof mine) != HIXL_SUCCESS) return Fail("allgather");
+    if (me == 1 && (hixl_put(0, &mine, bases[0], sizeof mine) != HIXL_SUCCESS || hixl_fence() != HIXL_SUCCESS)) {
+      return Fail("put into rank 0");
+    }
+    if (hixl_barrier() != HIXL_SUCCESS) return Fail("first barrier");
+    if (me == 1) _exit(0);  // gone, without finalize
+    // The barrier fails once rank 1 is gone (rank 0 hosts the store).
+    if (hixl_barrier() != HIXL_ERR_PEER_FAILED) return Fail("barrier after a peer died did not fail");
+    if (me == 0) {
+      // Deregistration cannot hear from rank 1: it says so (the region is
+      // released all the same), and the next one no longer waits for it.
+      int rc = hixl_deregister_memory(buf);
+      if (rc != HIXL_ERR_PEER_FAILED) return Fail("deregistration with a dead subscriber did not say PEER_FAILED");
+      if (!std::strstr(hixl_last_error(), "rank 1")) return Fail("the deregistration's error does not name rank 1");
+      std::printf("rank 0: deregistration said: %s\n", hixl_last_error());
+      if (hixl_register_memory(buf, sizeof buf) != HIXL_SUCCESS || hixl_deregister_memory(buf) != HIXL_SUCCESS) {
+        return Fail("a deregistration after the dead subscriber was dropped");
+      }
+    }
+    return 0;  // without finalize: the world lost a rank
+  }
   if (mode == "exit-early") {
     if (me == 1) return 3;
     // Wait for something that never comes, as a rank blocked on a dead
@@ -113,6 +144,6 @@ int main(int argc, char** argv) {
     (void)hixl_wait_until(&never, HIXL_CMP_NE, 0, -1);
     return 1;
   }
-  std::fprintf(stderr, "usage: lifecycle clean|no-finalize|peer-dies|exit-early\n");
+  std::fprintf(stderr, "usage: lifecycle clean|no-finalize|peer-dies|dereg-peer-dies|exit-early\n");
   return 2;
 }

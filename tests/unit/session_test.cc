@@ -186,14 +186,16 @@ TEST(Session, RefreshesOnAMissAndEverySubscriberForgetsARemovedRegionBeforeRemov
 
   // Not cached yet: the miss fetches the table (and subscribes).
   EXPECT_EQ(peer.table().Find(base, 64), nullptr);
-  auto e = peer.Find(base + 64, 64, 10000);
+  PeerTable::Pin pin;
+  auto e = peer.Find(base + 64, 64, 10000, &pin);
   ASSERT_TRUE(e.ok()) << e.status().message();
   ASSERT_NE(e.value(), nullptr);
   EXPECT_EQ(e.value()->base, base);
   // A range outside every region stays a miss after the refresh.
-  auto miss = peer.Find(base + buf.size() - 8, 64, 10000);
+  auto miss = peer.Find(base + buf.size() - 8, 64, 10000, &pin);
   ASSERT_TRUE(miss.ok());
   EXPECT_EQ(miss.value(), nullptr);
+  pin.Release();  // RemoveRegion waits for the transfers that hold the table
 
   // The subscriber's copy forgets the region before RemoveRegion returns.
   std::optional<LocalRegistry::Region> removed;
