@@ -297,22 +297,29 @@ Status Engine::Impl::Disconnect(const std::string& remote, int32_t timeout_ms) {
     conns_by_id.erase(c->id);
   }
   const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
+  // Every wait below (the flush of what is in flight, the release) ends by
+  // this call's own deadline.
+  const transport::CallDeadline bound(deadline);
   // Transfers on this connection (asynchronous ones included) end before
   // this returns: the table forgets every region and we wait for those
   // that used it, then for what they left in flight.
   c->peer->table().Close();
   Status quiet = c->peer->Quiesce(timeout_ms);
   if (!c->broken)
-    (void)c->peer->Call(ControlMsg::kBye, {}, timeout_ms);  // it may have gone; we are disconnected anyway
+    (void)c->peer->Call(ControlMsg::kBye, {}, transport::WaitMs(*session->node()));  // it may have gone anyway
   // Everything the connection took goes now: the transport's resources for
-  // the peer (relay channel, mappings, endpoint; transfers in flight are
-  // waited for until the deadline), its peer id and its control connection
-  // (with the last reference to the Conn).
+  // the peer (relay channel, mappings, endpoint), its peer id and its
+  // control connection (with the last reference to the Conn).  Work still
+  // in flight to a peer that did not answer in time is cut off with them:
+  // it touches none of our memory after this.
   if (c->owns_peer_id) {
     std::lock_guard lock(c->release_mu);
     c->released = true;
-    const transport::CallDeadline bound(deadline);
     session->ReleasePeerId(c->peer->id());
+    if (!quiet.ok()) {
+      HIXL_LOG_INFO("Engine::Disconnect({}): {}; what was in flight was cut off", remote, quiet.message());
+    }
+    return Status::Ok();
   }
   if (!quiet.ok())
     return Err(quiet.code(), "Engine::Disconnect: disconnected from {}, but {}", remote, quiet.message());
