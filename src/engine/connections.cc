@@ -141,7 +141,7 @@ Result<std::string> Engine::Impl::Hello(std::string_view payload) {
   Client c;
   c.name = h->name;
   c.callback = std::make_shared<bootstrap::ControlClient>(h->id_for_server, id, h->callback_host, h->callback_port,
-                                                          "engine " + h->name);
+                                                          "engine " + h->name, cfg.secret);
   clients.emplace(id, std::move(c));
   return core::Encode(core::HelloReply{uuid, id, session->Addresses()});
 }
@@ -218,7 +218,7 @@ Status Engine::Impl::Dial(const std::string& remote, const engine::HostPort& hp,
   hello.callback_host = callback_host.empty() ? net::LocalAddressTowards(hp.host, hp.port) : callback_host;
   hello.callback_port = session->port();
   hello.id_for_server = id;
-  bootstrap::ControlClient dial(-1, -1, hp.host, hp.port, who);
+  bootstrap::ControlClient dial(-1, -1, hp.host, hp.port, who, cfg.secret);
   auto reply = dial.Call(core::Wire(ControlMsg::kHello), core::Encode(hello), timeout_ms);
   dial.Close();
   if (!reply.ok()) {
@@ -259,7 +259,7 @@ Status Engine::Impl::Dial(const std::string& remote, const engine::HostPort& hp,
   }
   c->peer = std::make_shared<core::PeerSession>(
       peer_id, who, choice.transport,
-      std::make_shared<bootstrap::ControlClient>(r->id_for_client, id, hp.host, hp.port, who));
+      std::make_shared<bootstrap::ControlClient>(r->id_for_client, id, hp.host, hp.port, who, cfg.secret));
   return Status::Ok();
 }
 
