@@ -106,8 +106,7 @@ Result<Secret> LoadSecretFile(const std::string& path) {
   return s;
 }
 
-Result<MaybeSecret> SecretFromVariables(const std::optional<std::string>& hex,
-                                        const std::optional<std::string>& file) {
+Result<MaybeSecret> SecretFromVariables(const std::optional<std::string>& hex, const std::optional<std::string>& file) {
   if (hex && file) {
     return Err(Errc::kInvalidArg, "both HIXL_SECRET and HIXL_SECRET_FILE are set; set one of them");
   }
@@ -162,8 +161,7 @@ Result<std::string> RespondToGreeting(const MaybeSecret& secret, Kind kind, std:
   }
   const auto got = static_cast<Kind>(static_cast<uint8_t>(greeting[4]));
   if (got != kind) {
-    return Err(Errc::kBootstrap, "{} is a hixl {} listener, not a {} listener", server, KindName(got),
-               KindName(kind));
+    return Err(Errc::kBootstrap, "{} is a hixl {} listener, not a {} listener", server, KindName(got), KindName(kind));
   }
   const auto mode = static_cast<uint8_t>(greeting[5]);
   if (mode > 1) return Err(Errc::kBootstrap, "{} asked for an unknown authentication mode {}", server, mode);

@@ -52,8 +52,7 @@ Result<Secret> LoadSecretFile(const std::string& path);
 // a variable (nullopt when unset).
 template <typename GetEnv>
 Result<MaybeSecret> SecretFromEnv(const GetEnv& get);
-Result<MaybeSecret> SecretFromVariables(const std::optional<std::string>& hex,
-                                        const std::optional<std::string>& file);
+Result<MaybeSecret> SecretFromVariables(const std::optional<std::string>& hex, const std::optional<std::string>& file);
 // 64 hex digits of a fresh random secret (for launchers).
 std::string NewSecretHex();
 // Logs once per process, at warn level, that this job has no secret.
@@ -63,14 +62,15 @@ void WarnUnauthenticatedOnce();
 std::string MakeGreeting(const MaybeSecret& secret, Kind kind, std::array<uint8_t, kNonceBytes>* nonce_s);
 // Client: checks the greeting and makes the response (empty in mode 0).
 Result<std::string> RespondToGreeting(const MaybeSecret& secret, Kind kind, std::string_view greeting,
-                                      std::array<uint8_t, kNonceBytes>* nonce_c, std::array<uint8_t, kNonceBytes>* nonce_s,
-                                      std::string_view server);
+                                      std::array<uint8_t, kNonceBytes>* nonce_c,
+                                      std::array<uint8_t, kNonceBytes>* nonce_s, std::string_view server);
 // Server: checks the client's response; on success returns its proof.
 Result<std::string> CheckResponse(const Secret& secret, Kind kind, const std::array<uint8_t, kNonceBytes>& nonce_s,
                                   std::string_view response);
 // Client: checks the server's proof.
 Status CheckServerProof(const Secret& secret, Kind kind, const std::array<uint8_t, kNonceBytes>& nonce_c,
-                        const std::array<uint8_t, kNonceBytes>& nonce_s, std::string_view proof, std::string_view server);
+                        const std::array<uint8_t, kNonceBytes>& nonce_s, std::string_view proof,
+                        std::string_view server);
 
 // The client half, blocking until the deadline.  `server` names the peer
 // in errors ("the store at 10.0.0.1:29500").

@@ -37,8 +37,8 @@ struct ControlServer::Impl {
     net::Fd fd;
     int listener = 0;
     std::unique_ptr<auth::ServerHandshake> hs;  // until it has authenticated
-    std::string peer;                            // its address, for log lines
-    uint16_t port = 0;                           // the listener's, for log lines
+    std::string peer;                           // its address, for log lines
+    uint16_t port = 0;                          // the listener's, for log lines
   };
 
   auth::MaybeSecret secret;  // set before the thread starts

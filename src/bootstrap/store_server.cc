@@ -67,7 +67,7 @@ struct TcpStoreServer::Impl {
     size_t out_off = 0;
     std::optional<Parked> parked;
     std::unique_ptr<auth::ServerHandshake> hs;  // until it has authenticated
-    std::string peer;                            // its address, for log lines
+    std::string peer;                           // its address, for log lines
   };
   struct Failure {
     int rank;

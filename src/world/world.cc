@@ -106,8 +106,8 @@ Status WorldImpl::Start() {
       }
       store_server_ = std::move(server.value());
     }
-    auto client = bootstrap::TcpStoreClient::Connect(cfg_.master_addr, cfg_.master_port, cfg_.rank, cfg_.timeout_ms,
-                                                     cfg_.secret);
+    auto client =
+        bootstrap::TcpStoreClient::Connect(cfg_.master_addr, cfg_.master_port, cfg_.rank, cfg_.timeout_ms, cfg_.secret);
     if (!client.ok()) {
       return Err(client.status().code() == Errc::kTimeout ? Errc::kTimeout : Errc::kBootstrap,
                  "rank {} cannot reach the store of rank 0 at {}:{} (MASTER_ADDR/MASTER_PORT): {}", cfg_.rank,
@@ -195,7 +195,8 @@ Status WorldImpl::ConnectPeers() {
     // this process itself is connected by the node already.
     const bool self = r == rank();
     if (!self) HIXL_RETURN_IF_ERROR(c.transport->Connect(r, c.address));
-    auto control = self ? nullptr : std::make_shared<bootstrap::ControlClient>(rank(), r, rec->host, rec->port, cfg_.secret);
+    auto control =
+        self ? nullptr : std::make_shared<bootstrap::ControlClient>(rank(), r, rec->host, rec->port, cfg_.secret);
     peers_[static_cast<size_t>(r)] = std::make_shared<PeerSession>(
         r, fmt::format("rank {}", r), c.transport, std::move(control), self ? &session_->registry() : nullptr);
     if (self) session_->set_self_peer(peers_[static_cast<size_t>(r)]);

@@ -9,8 +9,8 @@
 #include <sodium.h>
 
 #include <cerrno>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 namespace hixlrun {
