@@ -10,11 +10,13 @@
 
 #include <cstdlib>
 #include <future>
+#include <map>
 #include <string>
 
 #include <gtest/gtest.h>
 
 #include "bootstrap/control.h"
+#include "bootstrap/env.h"
 #include "bootstrap/store.h"
 
 namespace hixl::auth {
@@ -79,6 +81,27 @@ TEST(AuthSecret, NewSecretsAreFreshAndParse) {
   const std::string a = NewSecretHex(), b = NewSecretHex();
   EXPECT_NE(a, b);
   EXPECT_TRUE(ParseSecretHex(a, "new").ok());
+}
+
+TEST(AuthSecret, TheWorldReadsItFromTheEnvironment) {
+  std::map<std::string, std::string> vars;
+  bootstrap::GetEnv env = [&](const std::string& k) -> std::optional<std::string> {
+    auto it = vars.find(k);
+    return it == vars.end() ? std::nullopt : std::optional<std::string>(it->second);
+  };
+  auto none = bootstrap::ParseConfig(env);
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->secret.has_value());
+  vars["HIXL_SECRET"] = kHexA;
+  auto set = bootstrap::ParseConfig(env);
+  ASSERT_TRUE(set.ok());
+  ASSERT_TRUE(set->secret.has_value());
+  EXPECT_TRUE(*set->secret == S(kHexA));
+  vars["HIXL_SECRET"] = "xyz";
+  auto bad = bootstrap::ParseConfig(env);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), Errc::kBootstrap);
+  EXPECT_NE(bad.status().message().find("HIXL_SECRET"), std::string::npos) << bad.status().message();
 }
 
 // One whole exchange in memory; returns the first error.
