@@ -78,8 +78,8 @@ struct TcpStoreServer::Impl {
     std::string fields;
   };
 
-  Impl(int world, uint16_t p, net::Fd lfd, net::Fd wfd, auth::MaybeSecret s)
-      : world_size(world), port(p), listen_fd(std::move(lfd)), wake_fd(std::move(wfd)), secret(std::move(s)) {}
+  Impl(int world, uint16_t p, net::Fd lfd, net::Fd wfd, const auth::MaybeSecret& s)
+      : world_size(world), port(p), listen_fd(std::move(lfd)), wake_fd(std::move(wfd)), secret(s) {}
   ~Impl() { Stop(); }
 
   void Stop() {

@@ -54,8 +54,8 @@ uint64_t NamespaceInode(const char* path) {
 
 class ShmTransport final : public Transport {
  public:
-  ShmTransport(Host* host, const ShmOptions& options, auth::MaybeSecret secret)
-      : host_(host), options_(options), secret_(std::move(secret)) {}
+  ShmTransport(Host* host, const ShmOptions& options, const auth::MaybeSecret& secret)
+      : host_(host), options_(options), secret_(secret) {}
   ~ShmTransport() override { Shutdown(); }
 
   Status Start() {
