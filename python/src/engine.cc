@@ -358,7 +358,9 @@ void BindEngine(py::module_& m) {
       .def(py::init<>())
       .def("initialize", &PyEngine::Initialize, py::arg("local_engine"), py::arg("options") = py::none(),
            "local_engine: 'ip', 'ip:port', '[ipv6]' or '[ipv6]:port' (a port > 0 listens for peers).  options: a "
-           "dict (timeout_ms, transport, net_dev, shm_cma, shm_thp, notify_queue_depth).")
+           "dict (timeout_ms, transport, net_dev, shm_cma, shm_thp, notify_queue_depth, secret: the job secret as 64 "
+           "hex "
+           "digits, default HIXL_SECRET or HIXL_SECRET_FILE).")
       .def("finalize", &PyEngine::Finalize, "Releases everything; connected engines see this one gone.")
       .def("register_mem", &PyEngine::RegisterMem, py::arg("addr"), py::arg("size") = py::none(),
            py::arg("mem_type") = "host",

@@ -7,11 +7,14 @@
 
 #include <pthread.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstring>
+#include <optional>
 #include <thread>
 #include <vector>
 
+#include "base/auth.h"
 #include "base/log.h"
 
 namespace hixl::bootstrap {
@@ -28,11 +31,17 @@ struct ControlServer::Impl {
     int id = 0;
     net::Fd fd;
     ControlHandler handler;
+    uint16_t port = 0;
   };
   struct Conn {
     net::Fd fd;
     int listener = 0;
+    std::unique_ptr<auth::ServerHandshake> hs;  // until it has authenticated
+    std::string peer;                           // its address, for log lines
+    uint16_t port = 0;                          // the listener's, for log lines
   };
+
+  auth::MaybeSecret secret;  // set before the thread starts
 
   net::Fd wake;  // eventfd: work for the thread (changes, or stop)
   std::thread thread;
@@ -75,8 +84,12 @@ struct ControlServer::Impl {
       std::vector<pollfd> pfds;
       pfds.push_back({wake.get(), POLLIN, 0});
       for (auto& l : listeners) pfds.push_back({l.fd.get(), POLLIN, 0});
-      for (auto& c : conns) pfds.push_back({c.fd.get(), POLLIN, 0});
-      int rc = ::poll(pfds.data(), pfds.size(), -1);
+      std::optional<net::Deadline> next;  // the first handshake to expire
+      for (auto& c : conns) {
+        pfds.push_back({c.fd.get(), POLLIN, 0});
+        if (c.hs && (!next || c.hs->deadline() < *next)) next = c.hs->deadline();
+      }
+      int rc = ::poll(pfds.data(), pfds.size(), next ? std::max(1, net::MsLeft(*next)) : -1);
       if (rc < 0) {
         if (errno == EINTR) continue;
         HIXL_LOG_ERROR("control server poll failed: {}", std::strerror(errno));
@@ -95,6 +108,10 @@ struct ControlServer::Impl {
       const size_t nl = listeners.size();
       std::vector<size_t> dead;
       for (size_t i = 0; i < conns.size(); ++i) {
+        if (conns[i].hs) {
+          if (!Authenticate(conns[i], pfds[1 + nl + i].revents != 0)) dead.push_back(i);
+          continue;
+        }
         if (!pfds[1 + nl + i].revents) continue;
         const ControlHandler* h = nullptr;
         for (auto& l : listeners) {
@@ -109,9 +126,34 @@ struct ControlServer::Impl {
       for (size_t i = 0; i < nl; ++i) {
         if (!(pfds[1 + i].revents & POLLIN)) continue;
         int fd = ::accept4(listeners[i].fd.get(), nullptr, nullptr, SOCK_CLOEXEC);
-        if (fd >= 0) conns.push_back(Conn{net::Fd(fd), listeners[i].id});
+        if (fd < 0) continue;
+        Conn c{net::Fd(fd), listeners[i].id, std::make_unique<auth::ServerHandshake>(secret, auth::Kind::kControl),
+               auth::PeerName(fd), listeners[i].port};
+        if (c.hs->Start(fd) == auth::ServerHandshake::Step::kFailed) {
+          HIXL_LOG_WARN("hixl control listener (port {}): refused {}: {}", c.port, c.peer, c.hs->error());
+          continue;
+        }
+        if (c.hs->done()) c.hs.reset();
+        conns.push_back(std::move(c));
       }
     }
+  }
+
+  // Advances a connection's handshake (nothing else is read before it is
+  // done); false when the peer failed it or ran out of time.
+  static bool Authenticate(Conn& c, bool readable) {
+    auth::ServerHandshake::Step step = readable ? c.hs->OnReadable(c.fd.get()) : auth::ServerHandshake::Step::kWaiting;
+    if (step == auth::ServerHandshake::Step::kDone) {
+      c.hs.reset();
+      return true;
+    }
+    std::string why = c.hs->error();
+    if (step == auth::ServerHandshake::Step::kWaiting) {
+      if (net::Clock::now() < c.hs->deadline()) return true;
+      why = "it did not complete the authentication handshake in time";
+    }
+    HIXL_LOG_WARN("hixl control listener (port {}): refused {}: {}", c.port, c.peer, why);
+    return false;
   }
 
   // Answers one request; false when the connection is finished.
@@ -147,8 +189,9 @@ struct ControlServer::Impl {
   }
 };
 
-Result<std::unique_ptr<ControlServer>> ControlServer::Create() {
+Result<std::unique_ptr<ControlServer>> ControlServer::Create(const auth::MaybeSecret& secret) {
   auto impl = std::make_unique<Impl>();
+  impl->secret = secret;
   impl->wake = net::Fd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!impl->wake.valid()) return Err(Errc::kBootstrap, "control server: eventfd failed: {}", std::strerror(errno));
   Impl* raw = impl.get();
@@ -159,8 +202,8 @@ Result<std::unique_ptr<ControlServer>> ControlServer::Create() {
 }
 
 Result<std::unique_ptr<ControlServer>> ControlServer::Start(const std::string& host, ControlHandler handler,
-                                                            uint16_t port) {
-  HIXL_ASSIGN_OR_RETURN(std::unique_ptr<ControlServer> s, Create());
+                                                            uint16_t port, const auth::MaybeSecret& secret) {
+  HIXL_ASSIGN_OR_RETURN(std::unique_ptr<ControlServer> s, Create(secret));
   HIXL_RETURN_IF_ERROR(s->AddListener(host, port, std::move(handler)).status());
   return s;
 }
@@ -182,6 +225,7 @@ Result<ControlServer::Listener> ControlServer::AddListener(const std::string& ho
   HIXL_ASSIGN_OR_RETURN(l.fd, net::Listen(host, port));
   HIXL_ASSIGN_OR_RETURN(uint16_t bound, net::LocalPort(l.fd.get()));
   l.handler = std::move(handler);
+  l.port = bound;
   int id = 0;
   {
     std::lock_guard lock(impl_->mu);
@@ -213,12 +257,23 @@ uint16_t ControlServer::port() const {
 
 Status ControlClient::Connect(int64_t timeout_ms) {
   std::lock_guard lock(mu_);
+  return ConnectLocked(net::DeadlineIn(timeout_ms), nullptr);
+}
+
+Status ControlClient::ConnectLocked(net::Deadline deadline, bool* reached) {
   if (failed_) return Err(Errc::kPeerFailed, "{} is unreachable (its control connection failed earlier)", name_);
   if (fd_.valid()) return Status::Ok();
-  auto fd = net::Connect(host_, port_, net::DeadlineIn(timeout_ms));
+  auto fd = net::Connect(host_, port_, deadline);
   if (!fd.ok()) {
     failed_ = true;
     return Err(fd.status().code(), "cannot reach {} at {}:{}: {}", name_, host_, port_, fd.status().message());
+  }
+  if (reached) *reached = true;
+  Status auth = auth::ClientHandshake(fd->get(), secret_, auth::Kind::kControl, deadline,
+                                      fmt::format("{} at {}:{}", name_, host_, port_));
+  if (!auth.ok()) {
+    failed_ = true;
+    return Err(auth.code() == Errc::kTimeout ? Errc::kTimeout : Errc::kPeerFailed, "{}", auth.message());
   }
   fd_ = std::move(fd.value());
   return Status::Ok();
@@ -227,14 +282,12 @@ Status ControlClient::Connect(int64_t timeout_ms) {
 Result<std::string> ControlClient::Call(uint8_t type, std::string_view payload, int64_t timeout_ms) {
   std::lock_guard lock(mu_);
   const auto deadline = net::DeadlineIn(timeout_ms);
-  if (failed_) return Err(Errc::kPeerFailed, "{} is unreachable (its control connection failed earlier)", name_);
-  if (!fd_.valid()) {
-    auto fd = net::Connect(host_, port_, deadline);
-    if (!fd.ok()) {
-      failed_ = true;
-      return Err(Errc::kPeerFailed, "cannot reach {} at {}:{}: {}", name_, host_, port_, fd.status().message());
-    }
-    fd_ = std::move(fd.value());
+  bool reached = false;
+  if (Status c = ConnectLocked(deadline, &reached); !c.ok()) {
+    // Nobody accepted in time is a failed peer to a caller that was not
+    // connecting on purpose; a handshake that timed out stays a timeout.
+    const bool handshake_timeout = c.code() == Errc::kTimeout && reached;
+    return Status(handshake_timeout ? Errc::kTimeout : Errc::kPeerFailed, c.message());
   }
   net::Writer req;
   req.Put<uint8_t>(type).Put<int32_t>(my_rank_).str().append(payload);

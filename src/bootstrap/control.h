@@ -14,6 +14,7 @@
 #include <mutex>
 #include <string>
 
+#include "base/auth.h"
 #include "base/socket.h"
 #include "base/status.h"
 
@@ -35,11 +36,14 @@ constexpr uint32_t kMaxControlReply = 64u << 20;
 // The server thread is named "hixl-control" (see /proc/self/task/*/comm).
 class ControlServer {
  public:
-  // A server without listeners yet (AddListener adds them).
-  static Result<std::unique_ptr<ControlServer>> Create();
+  // A server without listeners yet (AddListener adds them).  With a
+  // secret, every connection must prove it (base/auth.h) before a request
+  // is read; one that fails is closed, with a warning naming its address.
+  static Result<std::unique_ptr<ControlServer>> Create(const auth::MaybeSecret& secret = std::nullopt);
   // A server with one listener on host:port (port 0: a free one).
   static Result<std::unique_ptr<ControlServer>> Start(const std::string& host, ControlHandler handler,
-                                                      uint16_t port = 0);
+                                                      uint16_t port = 0,
+                                                      const auth::MaybeSecret& secret = std::nullopt);
   ~ControlServer();  // stops and joins the thread, closes every socket
 
   struct Listener {
@@ -67,11 +71,20 @@ class ControlServer {
 // kPeerFailed.
 class ControlClient {
  public:
-  ControlClient(int my_rank, int peer_rank, std::string host, uint16_t port)
-      : ControlClient(my_rank, peer_rank, std::move(host), port, "rank " + std::to_string(peer_rank)) {}
+  // The connection proves `secret` (base/auth.h) before its first request;
+  // the server must have the same secret (or both none).
+  ControlClient(int my_rank, int peer_rank, std::string host, uint16_t port,
+                const auth::MaybeSecret& secret = std::nullopt)
+      : ControlClient(my_rank, peer_rank, std::move(host), port, "rank " + std::to_string(peer_rank), secret) {}
   // `peer_name` names the peer in error messages ("rank 3", "engine 10.0.0.1:5000").
-  ControlClient(int my_rank, int peer_rank, std::string host, uint16_t port, std::string peer_name)
-      : my_rank_(my_rank), peer_(peer_rank), host_(std::move(host)), port_(port), name_(std::move(peer_name)) {}
+  ControlClient(int my_rank, int peer_rank, std::string host, uint16_t port, std::string peer_name,
+                const auth::MaybeSecret& secret = std::nullopt)
+      : my_rank_(my_rank),
+        peer_(peer_rank),
+        host_(std::move(host)),
+        port_(port),
+        name_(std::move(peer_name)),
+        secret_(secret) {}
   // Connects now if not connected (Call connects on first need otherwise):
   // kTimeout when nobody accepted at host:port before the timeout, another
   // code when the connection failed for another reason.  Blocks until then.
@@ -83,11 +96,15 @@ class ControlClient {
   void Close();
 
  private:
+  // mu_ held; *reached (may be null): the TCP connection was made (a
+  // failure after it is the handshake's).
+  Status ConnectLocked(net::Deadline deadline, bool* reached);
   const int my_rank_;
   const int peer_;
   const std::string host_;
   const uint16_t port_;
   const std::string name_;
+  const auth::MaybeSecret secret_;
   std::mutex mu_;
   net::Fd fd_;
   bool failed_ = false;

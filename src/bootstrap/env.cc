@@ -117,6 +117,9 @@ Result<Config> ParseConfig(const GetEnv& env) {
       if (!s.ok()) return Status(Errc::kBootstrap, s.message());
     }
   }
+  Result<auth::MaybeSecret> secret = auth::SecretFromEnv(env);
+  if (!secret.ok()) return Status(Errc::kBootstrap, secret.status().message());
+  c.secret = *secret;
   if (auto l = env("HIXL_LOG_LEVEL")) {
     if (*l != "error" && *l != "warn" && *l != "info" && *l != "debug" && *l != "trace") {
       return Err(Errc::kBootstrap, "HIXL_LOG_LEVEL='{}' is not one of error, warn, info, debug", *l);

@@ -9,6 +9,7 @@
 #include <string>
 #include <string_view>
 
+#include "base/auth.h"
 #include "base/status.h"
 
 namespace hixl::bootstrap {
@@ -28,6 +29,9 @@ struct SharedOptions {
   // Values given for transports' switches, by option name, as written (the
   // engine's options; the world leaves the transports to their variables).
   std::map<std::string, std::string> transport_settings;
+  // The job secret: HIXL_SECRET or HIXL_SECRET_FILE (the engine's option
+  // "secret" first); none means connections are not authenticated.
+  auth::MaybeSecret secret;
 };
 
 // Each shared switch: its name as an engine option, and its variable.

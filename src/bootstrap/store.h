@@ -20,6 +20,7 @@
 #include <memory>
 #include <string>
 
+#include "base/auth.h"
 #include "base/status.h"
 
 namespace hixl::bootstrap {
@@ -60,8 +61,11 @@ class MemoryStore final : public Store {
 class TcpStoreServer {
  public:
   // Listens on host:port (port 0 picks a free port; see port()).
-  // world_size is the number of ranks expected to connect.
-  static Result<std::unique_ptr<TcpStoreServer>> Start(const std::string& host, uint16_t port, int world_size);
+  // world_size is the number of ranks expected to connect.  With a secret,
+  // a connection is served only after it proved the secret (base/auth.h);
+  // one that fails is closed and logged.
+  static Result<std::unique_ptr<TcpStoreServer>> Start(const std::string& host, uint16_t port, int world_size,
+                                                       const auth::MaybeSecret& secret = std::nullopt);
   ~TcpStoreServer();  // stops the thread and closes every socket
   uint16_t port() const;
 
@@ -74,9 +78,11 @@ class TcpStoreServer {
 class TcpStoreClient final : public Store {
  public:
   // Connects (retrying until timeout_ms: the server may start later) and
-  // introduces itself as `rank`.
+  // introduces itself as `rank`, after the handshake of base/auth.h with
+  // `secret` (which must match the server's, or both have none).
   static Result<std::unique_ptr<TcpStoreClient>> Connect(const std::string& host, uint16_t port, int rank,
-                                                         int64_t timeout_ms);
+                                                         int64_t timeout_ms,
+                                                         const auth::MaybeSecret& secret = std::nullopt);
   ~TcpStoreClient() override;  // closes without goodbye unless Close() was called
   Status Set(const std::string& key, const std::string& value) override;
   Result<std::string> Get(const std::string& key, int64_t timeout_ms) override;

@@ -7,6 +7,7 @@
 #include <optional>
 #include <utility>
 
+#include "base/auth.h"
 #include "base/socket.h"
 #include "bootstrap/store.h"
 #include "bootstrap/store_kv.h"
@@ -154,7 +155,7 @@ struct TcpStoreClient::Impl {
 };
 
 Result<std::unique_ptr<TcpStoreClient>> TcpStoreClient::Connect(const std::string& host, uint16_t port, int rank,
-                                                                int64_t timeout_ms) {
+                                                                int64_t timeout_ms, const auth::MaybeSecret& secret) {
   if (rank < 0) return Err(Errc::kInvalidRank, "cannot connect to the store as rank {}", rank);
   if (timeout_ms < 0) {
     return Err(Errc::kInvalidArg, "connecting to the store: timeout_ms must be >= 0, got {}", timeout_ms);
@@ -165,12 +166,17 @@ Result<std::unique_ptr<TcpStoreClient>> TcpStoreClient::Connect(const std::strin
     return Status(fd.status().code(), fmt::format("rank {} cannot reach the store at {}:{} within {} ms: {}", rank,
                                                   host, port, timeout_ms, fd.status().message()));
   }
+  // Connected: give the handshake and the greeting at least the slack,
+  // however short the timeout was.
+  const Deadline greet_by = std::max(deadline, After(kSlackMs));
+  const std::string server = fmt::format("the store at {}:{}", host, port);
+  if (Status s = auth::ClientHandshake(fd->get(), secret, auth::Kind::kStore, greet_by, server); !s.ok()) {
+    return Status(s.code(), fmt::format("rank {}: {}", rank, s.message()));
+  }
   auto impl = std::make_unique<Impl>(host, port, rank, std::move(*fd));
   Request q = MakeRequest(Op::kHello, {});
   q.rank = rank;
-  // Connected: give the greeting at least the slack, however short the
-  // timeout was.
-  Status hello = impl->CallLocked(q, std::max(deadline, After(kSlackMs))).status();
+  Status hello = impl->CallLocked(q, greet_by).status();
   if (!hello.ok()) return hello;
   return std::unique_ptr<TcpStoreClient>(new TcpStoreClient(std::move(impl)));
 }

@@ -27,6 +27,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/auth.h"
 #include "base/log.h"
 #include "base/socket.h"
 #include "bootstrap/store.h"
@@ -65,6 +66,8 @@ struct TcpStoreServer::Impl {
     std::string out;        // replies not yet sent, from out_off on
     size_t out_off = 0;
     std::optional<Parked> parked;
+    std::unique_ptr<auth::ServerHandshake> hs;  // until it has authenticated
+    std::string peer;                           // its address, for log lines
   };
   struct Failure {
     int rank;
@@ -75,8 +78,8 @@ struct TcpStoreServer::Impl {
     std::string fields;
   };
 
-  Impl(int world, uint16_t p, net::Fd lfd, net::Fd wfd)
-      : world_size(world), port(p), listen_fd(std::move(lfd)), wake_fd(std::move(wfd)) {}
+  Impl(int world, uint16_t p, net::Fd lfd, net::Fd wfd, const auth::MaybeSecret& s)
+      : world_size(world), port(p), listen_fd(std::move(lfd)), wake_fd(std::move(wfd)), secret(s) {}
   ~Impl() { Stop(); }
 
   void Stop() {
@@ -122,6 +125,10 @@ struct TcpStoreServer::Impl {
       for (size_t i = 0; i < polled.size(); ++i) {
         Conn& c = *polled[i];
         short re = pfds[i + 2].revents;
+        if (!c.dead && c.hs) {  // nothing else is read before the handshake
+          if (re & (POLLIN | POLLHUP | POLLERR)) Authenticate(c);
+          continue;
+        }
         if (!c.dead && (re & POLLOUT)) Flush(c);
         if (!c.dead && (re & (POLLIN | POLLHUP | POLLERR))) ReadFrom(c);
       }
@@ -135,6 +142,7 @@ struct TcpStoreServer::Impl {
   int PollTimeoutMs() const {
     std::optional<Deadline> next;
     if (!deadlines.empty()) next = deadlines.begin()->first;
+    if (!handshakes.empty() && (!next || handshakes.begin()->first < *next)) next = handshakes.begin()->first;
     if (accept_resume && (!next || *accept_resume < *next)) next = accept_resume;
     if (!next) return -1;
     auto left = *next - Clock::now();
@@ -160,8 +168,33 @@ struct TcpStoreServer::Impl {
       auto c = std::make_unique<Conn>();
       c->id = next_id++;
       c->fd = net::Fd(fd);
+      c->peer = auth::PeerName(fd);
+      c->hs = std::make_unique<auth::ServerHandshake>(secret, auth::Kind::kStore);
+      if (c->hs->Start(fd) == auth::ServerHandshake::Step::kFailed) {
+        HIXL_LOG_WARN("hixl store (port {}): refused {}: {}", port, c->peer, c->hs->error());
+        continue;
+      }
+      if (c->hs->done()) {
+        c->hs.reset();
+      } else {
+        handshakes.emplace(c->hs->deadline(), c->id);
+      }
       conns.emplace(c->id, std::move(c));
     }
+  }
+
+  // Reads the handshake's bytes, never more; a peer that fails is closed.
+  void Authenticate(Conn& c) {
+    const auth::ServerHandshake::Step step = c.hs->OnReadable(c.fd.get());
+    if (step == auth::ServerHandshake::Step::kWaiting) return;
+    if (step == auth::ServerHandshake::Step::kFailed) return Refuse(c, c.hs->error());
+    handshakes.erase({c.hs->deadline(), c.id});
+    c.hs.reset();
+  }
+
+  void Refuse(Conn& c, const std::string& why) {
+    HIXL_LOG_WARN("hixl store (port {}): refused {}: {}", port, c.peer, why);
+    Drop(c, why);
   }
 
   void ReadFrom(Conn& c) {
@@ -246,6 +279,7 @@ struct TcpStoreServer::Impl {
     if (c.dead) return;
     c.dead = true;
     Unpark(c);
+    if (c.hs) handshakes.erase({c.hs->deadline(), c.id});
     dead.push_back(c.id);
     if (c.rank >= 0 && !c.said_bye) MarkFailed(c.rank, why);
   }
@@ -402,6 +436,11 @@ struct TcpStoreServer::Impl {
 
   void ExpireDeadlines() {
     const Deadline now = Clock::now();
+    while (!handshakes.empty() && handshakes.begin()->first <= now) {
+      auto ci = conns.find(handshakes.begin()->second);
+      handshakes.erase(handshakes.begin());
+      if (ci != conns.end()) Refuse(*ci->second, "it did not complete the authentication handshake in time");
+    }
     while (!deadlines.empty() && deadlines.begin()->first <= now) {
       uint64_t id = deadlines.begin()->second;
       auto ci = conns.find(id);
@@ -448,9 +487,12 @@ struct TcpStoreServer::Impl {
   std::vector<Failure> failed;                                  // in the order they happened
   std::vector<uint64_t> dead;                                   // to erase at the end of the iteration
   std::optional<Deadline> accept_resume;                        // accepting paused until then
+  std::set<std::pair<Deadline, uint64_t>> handshakes;           // connections authenticating, by deadline
+  const auth::MaybeSecret secret;
 };
 
-Result<std::unique_ptr<TcpStoreServer>> TcpStoreServer::Start(const std::string& host, uint16_t port, int world_size) {
+Result<std::unique_ptr<TcpStoreServer>> TcpStoreServer::Start(const std::string& host, uint16_t port, int world_size,
+                                                              const auth::MaybeSecret& secret) {
   if (world_size <= 0) {
     return Err(Errc::kInvalidArg, "the store needs a world of at least 1 rank, got {}", world_size);
   }
@@ -467,7 +509,7 @@ Result<std::unique_ptr<TcpStoreServer>> TcpStoreServer::Start(const std::string&
   if (!wake.valid()) {
     return Err(Errc::kInternal, "eventfd() for the store server failed: {}", std::strerror(errno));
   }
-  auto impl = std::make_unique<Impl>(world_size, actual_port, std::move(*lfd), std::move(wake));
+  auto impl = std::make_unique<Impl>(world_size, actual_port, std::move(*lfd), std::move(wake), secret);
   try {
     impl->thread = std::thread([p = impl.get()] { p->Run(); });
   } catch (const std::system_error& e) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "base/auth.h"
 #include "base/log.h"
 
 namespace hixl::core {
@@ -22,7 +23,7 @@ bool Node::Options::operator==(const Options& o) const {
   // Settings are compared as given: the same value once as an option and
   // once from the environment makes two nodes (harmless, if wasteful).
   return timeout_ms == o.timeout_ms && transports.only == o.transports.only &&
-         transports.settings == o.transports.settings;
+         transports.settings == o.transports.settings && transports.secret == o.transports.secret;
 }
 
 Node::Options Node::Options::From(const bootstrap::SharedOptions& shared) {
@@ -30,6 +31,7 @@ Node::Options Node::Options::From(const bootstrap::SharedOptions& shared) {
   o.timeout_ms = shared.timeout_ms;
   o.transports.only = shared.transport;
   o.transports.settings = shared.transport_settings;
+  o.transports.secret = shared.secret;
   return o;
 }
 
@@ -62,6 +64,7 @@ int Node::LiveCount() {
 }
 
 Status Node::Start() {
+  if (!opts_.transports.secret) auth::WarnUnauthenticatedOnce();
   HIXL_ASSIGN_OR_RETURN(transports_, transport::CreateTransports(this, opts_.transports));
   ids_.insert(self_id_);
   // This process itself, once for every front door: a transport must never
@@ -182,7 +185,7 @@ void Node::Release(const transport::LocalRegion& desc, bool heap) {
 Result<bootstrap::ControlServer*> Node::Control() {
   std::lock_guard lock(control_mu_);
   if (!control_) {
-    HIXL_ASSIGN_OR_RETURN(control_, bootstrap::ControlServer::Create());
+    HIXL_ASSIGN_OR_RETURN(control_, bootstrap::ControlServer::Create(opts_.transports.secret));
   }
   return control_.get();
 }

@@ -146,7 +146,7 @@ Result<std::string> Engine::Impl::Hello(std::string_view payload) {
   Client c;
   c.name = h->name;
   c.callback = std::make_shared<bootstrap::ControlClient>(h->id_for_server, id, h->callback_host, h->callback_port,
-                                                          "engine " + h->name);
+                                                          "engine " + h->name, cfg.secret);
   clients.emplace(id, std::move(c));
   return core::Encode(core::HelloReply{uuid, id, session->Addresses()});
 }
@@ -226,7 +226,7 @@ Status Engine::Impl::Dial(const std::string& remote, const engine::HostPort& hp,
   hello.callback_host = callback_host.empty() ? net::LocalAddressTowards(hp.host, hp.port) : callback_host;
   hello.callback_port = session->port();
   hello.id_for_server = id;
-  bootstrap::ControlClient dial(-1, -1, hp.host, hp.port, who);
+  bootstrap::ControlClient dial(-1, -1, hp.host, hp.port, who, cfg.secret);
   const auto start = std::chrono::steady_clock::now();
   // Nobody listening there (yet): Connect retries until the deadline.
   if (Status c = dial.Connect(timeout_ms); !c.ok()) {
@@ -279,7 +279,7 @@ Status Engine::Impl::Dial(const std::string& remote, const engine::HostPort& hp,
   c->owns_peer_id = !choice.self;
   c->peer = std::make_shared<core::PeerSession>(
       peer_id, who, choice.transport,
-      std::make_shared<bootstrap::ControlClient>(r->id_for_client, id, hp.host, hp.port, who));
+      std::make_shared<bootstrap::ControlClient>(r->id_for_client, id, hp.host, hp.port, who, cfg.secret));
   return Status::Ok();
 }
 

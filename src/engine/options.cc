@@ -57,6 +57,7 @@ namespace {
 std::vector<std::string> KnownOptions() {
   std::vector<std::string> known;
   for (const bootstrap::SharedSwitch& sw : bootstrap::kSharedSwitches) known.emplace_back(sw.option);
+  known.emplace_back("secret");
   for (const transport::Switch& sw : transport::AllSwitches()) {
     if (std::find(known.begin(), known.end(), sw.option) == known.end()) known.emplace_back(sw.option);
   }
@@ -91,6 +92,16 @@ Result<bootstrap::SharedOptions> ParseOptions(const std::map<std::string, std::s
       s = bootstrap::ParseSharedOption(sw.option, sw.variable, v, &c);
     }
     if (!s.ok()) return Err(Errc::kInvalidArg, "Engine::Initialize: {}", s.message());
+  }
+  // The job secret: the option, else HIXL_SECRET / HIXL_SECRET_FILE.
+  if (auto it = options.find("secret"); it != options.end()) {
+    Result<auth::Secret> s = auth::ParseSecretHex(it->second, "option secret");
+    if (!s.ok()) return Err(Errc::kInvalidArg, "Engine::Initialize: {}", s.status().message());
+    c.secret = *s;
+  } else {
+    Result<auth::MaybeSecret> s = auth::SecretFromEnv(bootstrap::ProcessEnv());
+    if (!s.ok()) return Err(Errc::kInvalidArg, "Engine::Initialize: {}", s.status().message());
+    c.secret = *s;
   }
   const bool given = options.count("transport") > 0;
   if (Status s = transport::CheckName(given ? "option transport" : "HIXL_TRANSPORT", c.transport); !s.ok()) {

@@ -24,6 +24,7 @@
 #include <string_view>
 #include <vector>
 
+#include "base/auth.h"
 #include "base/status.h"
 
 namespace hixl::transport {
@@ -114,6 +115,10 @@ struct Options {
   // name (Switch::option), as written.  A switch absent here is read by its
   // transport from its variable (Switch::variable).
   std::map<std::string, std::string> settings;
+  // The job secret (HIXL_SECRET, the engine's "secret"): a transport's own
+  // listeners admit only connections that prove it (base/auth.h); without
+  // one, same-host sockets admit only this user.
+  auth::MaybeSecret secret;
 };
 
 // One switch of one transport: its name as an engine option, its HIXL_*

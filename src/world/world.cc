@@ -86,7 +86,7 @@ Status WorldImpl::Start() {
       // The launcher is a PMIx server: rank 0 hosts the store on a port of
       // its choosing and publishes where; every rank learns it.
       auto host_store = [&](const std::string& bind) -> Result<bootstrap::StoreAddress> {
-        auto server = bootstrap::TcpStoreServer::Start(bind, 0, n);
+        auto server = bootstrap::TcpStoreServer::Start(bind, 0, n, cfg_.secret);
         if (!server.ok()) {
           return Err(Errc::kBootstrap, "rank 0 cannot host the store on {}: {}", bind, server.status().message());
         }
@@ -99,10 +99,10 @@ Status WorldImpl::Start() {
       cfg_.master_addr = at.host;
       cfg_.master_port = at.port;
     } else if (cfg_.rank == 0) {
-      auto server = bootstrap::TcpStoreServer::Start(cfg_.master_addr, cfg_.master_port, n);
+      auto server = bootstrap::TcpStoreServer::Start(cfg_.master_addr, cfg_.master_port, n, cfg_.secret);
       if (!server.ok()) {
         // MASTER_ADDR may name this host by an address we cannot bind.
-        server = bootstrap::TcpStoreServer::Start("0.0.0.0", cfg_.master_port, n);
+        server = bootstrap::TcpStoreServer::Start("0.0.0.0", cfg_.master_port, n, cfg_.secret);
       }
       if (!server.ok()) {
         return Err(Errc::kBootstrap, "rank 0 cannot host the store on {}:{}: {}", cfg_.master_addr, cfg_.master_port,
@@ -110,7 +110,8 @@ Status WorldImpl::Start() {
       }
       store_server_ = std::move(server.value());
     }
-    auto client = bootstrap::TcpStoreClient::Connect(cfg_.master_addr, cfg_.master_port, cfg_.rank, cfg_.timeout_ms);
+    auto client =
+        bootstrap::TcpStoreClient::Connect(cfg_.master_addr, cfg_.master_port, cfg_.rank, cfg_.timeout_ms, cfg_.secret);
     if (!client.ok()) {
       return Err(client.status().code() == Errc::kTimeout ? Errc::kTimeout : Errc::kBootstrap,
                  "rank {} cannot reach the store of rank 0 at {}:{} (MASTER_ADDR/MASTER_PORT): {}", cfg_.rank,
@@ -198,7 +199,8 @@ Status WorldImpl::ConnectPeers() {
     // this process itself is connected by the node already.
     const bool self = r == rank();
     if (!self) HIXL_RETURN_IF_ERROR(c.transport->Connect(r, c.address));
-    auto control = self ? nullptr : std::make_shared<bootstrap::ControlClient>(rank(), r, rec->host, rec->port);
+    auto control =
+        self ? nullptr : std::make_shared<bootstrap::ControlClient>(rank(), r, rec->host, rec->port, cfg_.secret);
     peers_[static_cast<size_t>(r)] = std::make_shared<PeerSession>(
         r, fmt::format("rank {}", r), c.transport, std::move(control), self ? &session_->registry() : nullptr);
     if (self) session_->set_self_peer(peers_[static_cast<size_t>(r)]);

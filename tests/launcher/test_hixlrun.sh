@@ -15,7 +15,7 @@ if [ $# -ne 1 ] || [ ! -x "$1" ]; then
 fi
 HIXLRUN=$1
 # The ranks inherit this environment; keep it from interfering.
-unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT HIXL_LAUNCHER
+unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT HIXL_LAUNCHER HIXL_SECRET HIXL_SECRET_FILE
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/hixlrun-test.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
@@ -144,6 +144,21 @@ test_env() {
   check "wrong environment" test "$(sort "$TMP/out")" = "0/3/0/3/127.0.0.1/$port/hixlrun
 1/3/1/3/127.0.0.1/$port/hixlrun
 2/3/2/3/127.0.0.1/$port/hixlrun"
+}
+
+test_secret() {  # a fresh job secret per job, the same in every rank; the user's passed on
+  run -n 2 sh -c 'echo "$HIXL_SECRET"'
+  expect_rc 0
+  local first
+  first=$(head -n1 "$TMP/out")
+  check "HIXL_SECRET '$first' is not 64 hex digits" eval '[[ "$first" =~ ^[0-9a-f]{64}$ ]]'
+  check "the ranks got different secrets" test "$(sort -u "$TMP/out" | wc -l)" = 1
+  run -n 1 sh -c 'echo "$HIXL_SECRET"'
+  check "two jobs got the same secret" test "$(cat "$TMP/out")" != "$first"
+  HIXL_SECRET=mine run -n 1 sh -c 'echo "$HIXL_SECRET"'
+  check "the user's HIXL_SECRET was not passed on" test "$(cat "$TMP/out")" = mine
+  run -n 1 -x HIXL_SECRET_FILE=/some/file sh -c 'echo "${HIXL_SECRET-unset} $HIXL_SECRET_FILE"'
+  check "HIXL_SECRET_FILE did not replace the secret" test "$(cat "$TMP/out")" = "unset /some/file"
 }
 
 test_env_options() {
@@ -319,7 +334,7 @@ test_usage() {
   expect_rc 2
 }
 
-for t in env env_options eight_ranks exit_code early_failure_stops_others kill_grace signal_death \
+for t in env secret env_options eight_ranks exit_code early_failure_stops_others kill_grace signal_death \
   prefix_output prefix_no_interleaving args_passthrough missing_program timeout forward_signals \
   leftover_background usage; do
   run_test "$t"

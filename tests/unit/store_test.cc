@@ -560,6 +560,9 @@ TEST_F(TcpStoreTest, StalledConnectionDoesNotBlockOthers) {
   // A raw connection that sends half a frame and then nothing.
   Result<net::Fd> raw = net::Connect("127.0.0.1", server_->port(), net::DeadlineIn(5000));
   ASSERT_TRUE(raw.ok()) << raw.status().ToString();
+  // The server's greeting (base/auth.h) comes first; no secret here.
+  ASSERT_TRUE(
+      auth::ClientHandshake(raw->get(), std::nullopt, auth::Kind::kStore, net::DeadlineIn(5000), "the store").ok());
   const char partial[] = {static_cast<char>(200), 0, 0, 0, 1, 2, 3};
   ASSERT_TRUE(net::SendAll(raw->get(), partial, sizeof(partial), net::DeadlineIn(5000)).ok());
 
@@ -579,6 +582,9 @@ TEST_F(TcpStoreTest, RequestBeforeHelloIsRejected) {
   StartWorld(1);
   Result<net::Fd> raw = net::Connect("127.0.0.1", server_->port(), net::DeadlineIn(5000));
   ASSERT_TRUE(raw.ok()) << raw.status().ToString();
+  // The server's greeting (base/auth.h) comes first; no secret here.
+  ASSERT_TRUE(
+      auth::ClientHandshake(raw->get(), std::nullopt, auth::Kind::kStore, net::DeadlineIn(5000), "the store").ok());
   net::Writer w;
   w.Put<uint8_t>(3);  // GET
   w.PutBytes("k");

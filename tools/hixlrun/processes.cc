@@ -135,6 +135,13 @@ void Launcher::start_ranks(int port) {
   set_vars.emplace_back("MASTER_ADDR", opts_.master_addr);
   set_vars.emplace_back("MASTER_PORT", std::to_string(port));
   set_vars.emplace_back("HIXL_LAUNCHER", "hixlrun");
+  // The job secret (docs/security.md): the user's, if given (in our
+  // environment or by -x), passed through; else a fresh random one.
+  auto given = [&](const char *name) {
+    return std::getenv(name) != nullptr ||
+           std::any_of(set_vars.begin(), set_vars.end(), [&](const auto &p) { return p.first == name; });
+  };
+  if (!given("HIXL_SECRET") && !given("HIXL_SECRET_FILE")) set_vars.emplace_back("HIXL_SECRET", new_secret_hex());
 
   std::vector<std::string> base;
   for (char **e = environ; *e != nullptr; ++e) {

@@ -6,8 +6,11 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <sodium.h>
+
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 namespace hixlrun {
@@ -37,6 +40,19 @@ void message(const std::string &msg) {
 }
 
 std::string errno_text(int err) { return std::strerror(err); }
+
+std::string new_secret_hex() {
+  if (sodium_init() < 0) {
+    message("libsodium failed to initialize; cannot make a job secret");
+    std::exit(1);
+  }
+  unsigned char key[32];
+  randombytes_buf(key, sizeof(key));
+  char hex[2 * sizeof(key) + 1];
+  sodium_bin2hex(hex, sizeof(hex), key, sizeof(key));
+  sodium_memzero(key, sizeof(key));
+  return hex;
+}
 
 std::string signal_name(int sig) {
   const char *abbrev = sigabbrev_np(sig);

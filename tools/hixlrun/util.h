@@ -31,6 +31,9 @@ std::string signal_text(int sig);
 // "%g" of s.
 std::string format_seconds(double s);
 
+// A fresh random job secret, 64 hex digits (libsodium's randombytes_buf).
+std::string new_secret_hex();
+
 // Closes fd if it is open and sets it to -1.
 void close_fd(int &fd);
 

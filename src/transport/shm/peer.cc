@@ -31,6 +31,10 @@ Status Peer::Request(const Msg& m, int fd_to_pass, Msg* reply, net::Fd* reply_fd
     auto s = ConnectTo(sock_name);
     if (!s.ok())
       return Err(Errc::kPeerFailed, "shm: cannot connect to rank {} (pid {}): {}", rank, pid, s.status().message());
+    const std::string who = fmt::format("the shm socket of rank {} (pid {})", rank, pid);
+    Status admitted = secret ? Status::Ok() : auth::CheckSameUser(s->get(), who);
+    if (admitted.ok()) admitted = auth::ClientHandshake(s->get(), secret, auth::Kind::kShm, deadline, who);
+    if (!admitted.ok()) return Err(Errc::kPeerFailed, "shm: {}", admitted.message());
     conn = std::move(s.value());
   }
   Status s = SendMsg(conn.get(), m, fd_to_pass, deadline);

@@ -24,7 +24,8 @@ struct Peer {
   int rank = -1;
   bool self = false;  // this process itself
   int32_t pid = 0;
-  std::string sock_name;  // the abstract name of its request socket
+  std::string sock_name;     // the abstract name of its request socket
+  auth::MaybeSecret secret;  // the job's (the connection proves it), or none: then same user only
   std::atomic<bool> use_cma{true};
   std::atomic<bool> closed{false};  // set by Disconnect
 

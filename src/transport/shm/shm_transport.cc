@@ -9,15 +9,18 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <thread>
 #include <vector>
 
+#include "base/auth.h"
 #include "base/log.h"
 #include "base/socket.h"
 #include "transport/shm/cma.h"
@@ -51,7 +54,8 @@ uint64_t NamespaceInode(const char* path) {
 
 class ShmTransport final : public Transport {
  public:
-  ShmTransport(Host* host, const ShmOptions& options) : host_(host), options_(options) {}
+  ShmTransport(Host* host, const ShmOptions& options, const auth::MaybeSecret& secret)
+      : host_(host), options_(options), secret_(secret) {}
   ~ShmTransport() override { Shutdown(); }
 
   Status Start() {
@@ -89,6 +93,7 @@ class ShmTransport final : public Transport {
   Status Connect(int peer, std::string_view address) override {
     net::Reader r(address);
     auto p = std::make_shared<Peer>();
+    p->secret = secret_;
     std::string id;
     if (!r.GetBytes(&id) || !r.Get(&p->pid) || !r.GetBytes(&p->sock_name)) {
       return Err(Errc::kTransport, "shm: malformed address from rank {}", peer);
@@ -323,6 +328,7 @@ class ShmTransport final : public Transport {
     Fd conn;
     Mapping channel;  // set once the origin opened a relay
     uint32_t next = 0;
+    std::unique_ptr<auth::ServerHandshake> hs;  // until it has authenticated
   };
 
   void Run() {
@@ -332,8 +338,12 @@ class ShmTransport final : public Transport {
       pfds.push_back({wake_.get(), POLLIN, 0});
       pfds.push_back({listener_.get(), POLLIN, 0});
       pfds.push_back({doorbell_.get(), POLLIN, 0});
-      for (auto& c : conns) pfds.push_back({c->conn.get(), POLLIN, 0});
-      if (::poll(pfds.data(), pfds.size(), -1) < 0) {
+      std::optional<net::Deadline> next;  // the first handshake to expire
+      for (auto& c : conns) {
+        pfds.push_back({c->conn.get(), POLLIN, 0});
+        if (c->hs && (!next || c->hs->deadline() < *next)) next = c->hs->deadline();
+      }
+      if (::poll(pfds.data(), pfds.size(), next ? std::max(1, net::MsLeft(*next)) : -1) < 0) {
         if (errno == EINTR) continue;
         HIXL_LOG_ERROR("shm progress thread: poll failed: {}", std::strerror(errno));
         return;
@@ -344,7 +354,7 @@ class ShmTransport final : public Transport {
         if (fd >= 0) {
           auto s = std::make_unique<Served>();
           s->conn = Fd(fd);
-          conns.push_back(std::move(s));
+          if (Admit(s.get())) conns.push_back(std::move(s));
         }
       }
       if (pfds[2].revents & POLLIN) {
@@ -355,11 +365,52 @@ class ShmTransport final : public Transport {
       // Serve the relay channels every time round: cheap when idle.
       for (auto& c : conns) ServeRelay(c->channel, &c->next, *host_);
       for (size_t i = 0; i < conns.size(); ++i) {
-        if (i + 3 >= pfds.size() || !pfds[i + 3].revents) continue;
+        if (i + 3 >= pfds.size()) continue;
+        if (conns[i]->hs) {
+          if (!Authenticate(conns[i].get(), pfds[i + 3].revents != 0)) conns[i].reset();
+          continue;
+        }
+        if (!pfds[i + 3].revents) continue;
         if (!ServeRequest(conns[i].get())) conns[i].reset();
       }
       std::erase_if(conns, [](const auto& c) { return c == nullptr; });
     }
+  }
+
+  // A new connection: without a secret only this user is admitted; then the
+  // handshake of base/auth.h starts.  False (logged) when refused.
+  bool Admit(Served* c) {
+    const int fd = c->conn.get();
+    if (!secret_) {
+      if (Status s = auth::CheckSameUser(fd, auth::PeerName(fd)); !s.ok()) {
+        HIXL_LOG_WARN("hixl shm socket {}: refused a connection: {}", sock_name_, s.message());
+        return false;
+      }
+    }
+    c->hs = std::make_unique<auth::ServerHandshake>(secret_, auth::Kind::kShm);
+    if (c->hs->Start(fd) == auth::ServerHandshake::Step::kFailed) {
+      HIXL_LOG_WARN("hixl shm socket {}: refused {}: {}", sock_name_, auth::PeerName(fd), c->hs->error());
+      return false;
+    }
+    if (c->hs->done()) c->hs.reset();
+    return true;
+  }
+
+  // Advances a connection's handshake (no request is read before it is
+  // done); false (logged) when the peer failed it or ran out of time.
+  bool Authenticate(Served* c, bool readable) {
+    auto step = readable ? c->hs->OnReadable(c->conn.get()) : auth::ServerHandshake::Step::kWaiting;
+    if (step == auth::ServerHandshake::Step::kDone) {
+      c->hs.reset();
+      return true;
+    }
+    std::string why = c->hs->error();
+    if (step == auth::ServerHandshake::Step::kWaiting) {
+      if (net::Clock::now() < c->hs->deadline()) return true;
+      why = "it did not complete the authentication handshake in time";
+    }
+    HIXL_LOG_WARN("hixl shm socket {}: refused {}: {}", sock_name_, auth::PeerName(c->conn.get()), why);
+    return false;
   }
 
   bool ServeRequest(Served* c) {
@@ -394,6 +445,7 @@ class ShmTransport final : public Transport {
 
   Host* const host_;
   const ShmOptions options_;
+  const auth::MaybeSecret secret_;
   // Atomics: on mapped (heap) words and on this process's own memory the
   // origin applies them; elsewhere the target's progress thread does, through
   // the relay.  Batch: cross-memory attach moves up to 64 pieces per call.
@@ -425,7 +477,7 @@ std::string HostIdentity() {
 
 Result<std::unique_ptr<Transport>> CreateShmTransport(Host* host, const Options& options) {
   HIXL_ASSIGN_OR_RETURN(const ShmOptions parsed, ParseOptions(options));
-  auto t = std::make_unique<ShmTransport>(host, parsed);
+  auto t = std::make_unique<ShmTransport>(host, parsed, options.secret);
   HIXL_RETURN_IF_ERROR(t->Start());
   return std::unique_ptr<Transport>(std::move(t));
 }
