@@ -13,6 +13,7 @@
 #include <cstring>
 #include <string>
 
+#include "base/auth.h"
 #include "bootstrap/control.h"
 #include "core/control_protocol.h"
 
@@ -59,7 +60,14 @@ int main() {
   if (hixl_allgather(&mine, ports, sizeof(mine)) != HIXL_SUCCESS) return Fail("hixl_allgather");
   if (ports[0] == 0) return Fail("rank 0 found no control port");
   if (me == 1) {
-    hixl::bootstrap::ControlClient forger(1, 0, "127.0.0.1", ports[0]);
+    // A rank of the job (it holds the job's secret) that sends more than any
+    // notification may hold.
+    auto secret = hixl::auth::SecretFromEnv([](const std::string& k) -> std::optional<std::string> {
+      const char* v = std::getenv(k.c_str());
+      return v ? std::optional<std::string>(v) : std::nullopt;
+    });
+    if (!secret.ok()) return Fail(secret.status().ToString().c_str());
+    hixl::bootstrap::ControlClient forger(1, 0, "127.0.0.1", ports[0], secret.value());
     auto r = forger.Call(hixl::core::Wire(hixl::core::ControlMsg::kNotify), std::string(20000, 'x'), 30000);
     if (r.ok()) return Fail("a 20000-byte notification was accepted");
     if (r.status().code() != hixl::Errc::kInvalidArg) return Fail(r.status().ToString().c_str());

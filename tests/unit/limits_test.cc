@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/auth.h"
 #include "base/socket.h"
 #include "bootstrap/control.h"
 #include "bootstrap/store.h"
@@ -81,6 +82,9 @@ TEST(ControlLimits, AnOversizedRequestEndsOnlyItsConnection) {
   const uint16_t port = (*server)->port();
   auto raw = net::Connect("127.0.0.1", port, net::DeadlineIn(5000));
   ASSERT_TRUE(raw.ok());
+  // Past the handshake (no secret: same-uid only), where the limits apply.
+  ASSERT_TRUE(
+      auth::ClientHandshake(raw->get(), std::nullopt, auth::Kind::kControl, net::DeadlineIn(5000), "test").ok());
   const std::string h = Header(bootstrap::kMaxControlRequest + 1);
   ASSERT_TRUE(net::SendAll(raw->get(), h.data(), 4, net::DeadlineIn(1000)).ok());
   char c = 0;
@@ -88,6 +92,9 @@ TEST(ControlLimits, AnOversizedRequestEndsOnlyItsConnection) {
   // A request shorter than its header also ends the connection.
   auto raw2 = net::Connect("127.0.0.1", port, net::DeadlineIn(5000));
   ASSERT_TRUE(raw2.ok());
+  // Past the handshake (no secret: same-uid only), where the limits apply.
+  ASSERT_TRUE(
+      auth::ClientHandshake(raw2->get(), std::nullopt, auth::Kind::kControl, net::DeadlineIn(5000), "test").ok());
   ASSERT_TRUE(net::SendFrame(raw2->get(), "abc", net::DeadlineIn(1000)).ok());
   EXPECT_EQ(::recv(raw2->get(), &c, 1, 0), 0);
   // Everyone else is still served.
@@ -107,12 +114,16 @@ TEST(StoreLimits, OversizedFramesEndTheConnectionAndTheStoreGoesOn) {
   // A 1 GiB header from a connection that has not said HELLO.
   auto raw = net::Connect("127.0.0.1", port, net::DeadlineIn(5000));
   ASSERT_TRUE(raw.ok());
+  // Past the handshake (no secret: same-uid only), where the limits apply.
+  ASSERT_TRUE(auth::ClientHandshake(raw->get(), std::nullopt, auth::Kind::kStore, net::DeadlineIn(5000), "test").ok());
   std::string h = Header(1u << 30);
   ASSERT_TRUE(net::SendAll(raw->get(), h.data(), 4, net::DeadlineIn(1000)).ok());
   EXPECT_EQ(::recv(raw->get(), &c, 1, 0), 0);
   // A GET frame far larger than any GET.
   auto raw2 = net::Connect("127.0.0.1", port, net::DeadlineIn(5000));
   ASSERT_TRUE(raw2.ok());
+  // Past the handshake (no secret: same-uid only), where the limits apply.
+  ASSERT_TRUE(auth::ClientHandshake(raw2->get(), std::nullopt, auth::Kind::kStore, net::DeadlineIn(5000), "test").ok());
   h = Header(1u << 20) + std::string(1, '\x03');
   ASSERT_TRUE(net::SendAll(raw2->get(), h.data(), h.size(), net::DeadlineIn(1000)).ok());
   EXPECT_EQ(::recv(raw2->get(), &c, 1, 0), 0);
