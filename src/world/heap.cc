@@ -19,8 +19,14 @@ uint64_t RoundUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 }  // namespace
 
 std::vector<uint64_t> SymmetricHeap::CandidateBases() {
+#if HIXL_UNDER_TSAN
+  // Inside ThreadSanitizer's low application range, above where a non-PIE
+  // program and brk live.
+  return {0x001000000000ull, 0x003000000000ull, 0x005000000000ull};
+#else
   // Above AddressSanitizer's shadow memory and below the usual mmap area.
   return {0x200000000000ull, 0x280000000000ull, 0x300000000000ull, 0x380000000000ull};
+#endif
 }
 
 Result<std::unique_ptr<SymmetricHeap>> SymmetricHeap::Reserve(uint64_t base, uint64_t bytes) {

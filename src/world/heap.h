@@ -9,6 +9,17 @@
 // Thread-safe.
 #pragma once
 
+#if defined(__SANITIZE_THREAD__)
+#define HIXL_UNDER_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define HIXL_UNDER_TSAN 1
+#endif
+#endif
+#ifndef HIXL_UNDER_TSAN
+#define HIXL_UNDER_TSAN 0
+#endif
+
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -33,7 +44,13 @@ class SymmetricHeap {
   // Candidate base addresses, tried in order; every rank tries the same list,
   // and the world checks that all ranks got the same one.
   static std::vector<uint64_t> CandidateBases();
+#if HIXL_UNDER_TSAN
+  // ThreadSanitizer keeps the middle of the address space for its shadow;
+  // its low application range (below 512 GiB) holds a smaller heap.
+  static constexpr uint64_t kReserveBytes = uint64_t{1} << 37;  // 128 GiB of addresses
+#else
   static constexpr uint64_t kReserveBytes = uint64_t{1} << 40;  // 1 TiB of addresses
+#endif
 
   // Reserves the address range at `base`.  kNoMemory if the range is taken.
   static Result<std::unique_ptr<SymmetricHeap>> Reserve(uint64_t base, uint64_t bytes = kReserveBytes);
