@@ -55,6 +55,27 @@ void SetNoDelay(int fd) {
 
 }  // namespace
 
+bool IsLoopback(const std::string& host) {
+  if (host.empty() || host == "0.0.0.0" || host == "::") return false;
+  auto res = Resolve(host, 0, false);
+  if (!res.ok()) return false;
+  bool any = false, all = true;
+  for (addrinfo* ai = res.value(); ai; ai = ai->ai_next) {
+    any = true;
+    if (ai->ai_family == AF_INET) {
+      const auto* in = reinterpret_cast<const sockaddr_in*>(ai->ai_addr);
+      all = all && (ntohl(in->sin_addr.s_addr) >> 24) == 127;
+    } else if (ai->ai_family == AF_INET6) {
+      const auto* in6 = reinterpret_cast<const sockaddr_in6*>(ai->ai_addr);
+      all = all && IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr);
+    } else {
+      all = false;
+    }
+  }
+  ::freeaddrinfo(res.value());
+  return any && all;
+}
+
 Result<Fd> Listen(const std::string& host, uint16_t port, int backlog) {
   HIXL_ASSIGN_OR_RETURN(addrinfo * res, Resolve(host, port, true));
   Status last = Err(Errc::kBootstrap, "no address to listen on for '{}:{}'", host, port);

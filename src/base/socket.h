@@ -56,6 +56,10 @@ Result<Fd> Connect(const std::string& host, uint16_t port, Deadline deadline);
 // The local address that routes to host:port (which is the address that
 // host can reach us on); "127.0.0.1" when there is no route.  Sends nothing.
 std::string LocalAddressTowards(const std::string& host, uint16_t port);
+// True when every address `host` resolves to is a loopback one (127.0.0.0/8,
+// ::1): only processes of this host can reach a socket bound there.  False
+// for "", "0.0.0.0", "::" and names that do not resolve.
+bool IsLoopback(const std::string& host);
 
 // "host:port" of the socket's peer ("unknown peer" when it has none), for
 // messages about what a peer sent.

@@ -111,6 +111,11 @@ Result<Config> ParseConfig(const GetEnv& env) {
                c.world_size, c.rank_source);
   }
 
+  if (auto f = env("HIXL_STORE_FD"); f && c.rank == 0 && c.world_size > 1) {
+    HIXL_ASSIGN_OR_RETURN(int64_t fd, ParseInt("HIXL_STORE_FD", *f, 0, 1 << 20));
+    c.store_fd = static_cast<int>(fd);
+  }
+
   for (const SharedSwitch& sw : kSharedSwitches) {
     if (auto v = env(sw.variable)) {
       Status s = ParseSharedOption(sw.option, sw.variable, *v, &c);

@@ -63,6 +63,11 @@ struct Config : SharedOptions {
   // No MASTER_PORT, but the launcher is a PMIx server (mpirun, oshrun,
   // srun --mpi=pmix): rank 0 publishes the store's address through PMIx.
   bool pmix_rendezvous = false;
+  // HIXL_STORE_FD (rank 0, set by hixlrun): a socket the launcher bound and
+  // listens on at MASTER_ADDR:MASTER_PORT, inherited; rank 0 serves the
+  // store on it, so no other process can take the port between the
+  // launcher's choice and rank 0's start.  -1: rank 0 binds itself.
+  int store_fd = -1;
   std::string log_level = "warn";
   std::string rank_source = "none";  // which variables gave the rank, for messages
 };

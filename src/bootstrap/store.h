@@ -21,6 +21,7 @@
 #include <string>
 
 #include "base/auth.h"
+#include "base/socket.h"
 #include "base/status.h"
 
 namespace hixl::bootstrap {
@@ -66,6 +67,11 @@ class TcpStoreServer {
   // one that fails is closed and logged.
   static Result<std::unique_ptr<TcpStoreServer>> Start(const std::string& host, uint16_t port, int world_size,
                                                        const auth::MaybeSecret& secret = std::nullopt);
+  // Serves on `listening`, a socket already bound and listening (made by
+  // the launcher, so that nobody can take the port in between); its port
+  // is port().  Takes ownership.
+  static Result<std::unique_ptr<TcpStoreServer>> StartOn(net::Fd listening, int world_size,
+                                                         const auth::MaybeSecret& secret = std::nullopt);
   ~TcpStoreServer();  // stops the thread and closes every socket
   uint16_t port() const;
 

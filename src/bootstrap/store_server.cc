@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <optional>
 #include <system_error>
 
 namespace hixl::bootstrap {
@@ -229,6 +230,29 @@ Result<std::unique_ptr<TcpStoreServer>> TcpStoreServer::Start(const std::string&
   if (!lfd.ok()) {
     return Err(Errc::kBootstrap, "the store cannot listen on {}:{}: {}", host, port, lfd.status().message());
   }
+  return StartOn(std::move(*lfd), world_size, secret);
+}
+
+Result<std::unique_ptr<TcpStoreServer>> TcpStoreServer::StartOn(net::Fd listening, int world_size,
+                                                                const auth::MaybeSecret& secret) {
+  if (world_size <= 0) {
+    return Err(Errc::kInvalidArg, "the store needs a world of at least 1 rank, got {}", world_size);
+  }
+  int accepting = 0;
+  int domain = 0;
+  socklen_t len = sizeof(accepting);
+  socklen_t dlen = sizeof(domain);
+  if (::getsockopt(listening.get(), SOL_SOCKET, SO_ACCEPTCONN, &accepting, &len) != 0 ||
+      ::getsockopt(listening.get(), SOL_SOCKET, SO_DOMAIN, &domain, &dlen) != 0) {
+    return Err(Errc::kBootstrap, "descriptor {} is not a socket: {}", listening.get(), std::strerror(errno));
+  }
+  if (!accepting || (domain != AF_INET && domain != AF_INET6)) {
+    return Err(Errc::kBootstrap, "descriptor {} is not a listening TCP socket", listening.get());
+  }
+  // Inherited from the launcher without close-on-exec: our own children
+  // must not get it.
+  ::fcntl(listening.get(), F_SETFD, FD_CLOEXEC);
+  std::optional<net::Fd> lfd(std::move(listening));
   int flags = ::fcntl(lfd->get(), F_GETFL);
   if (flags < 0 || ::fcntl(lfd->get(), F_SETFL, flags | O_NONBLOCK) != 0) {
     return Err(Errc::kBootstrap, "fcntl(O_NONBLOCK) on the store's socket failed: {}", std::strerror(errno));

@@ -23,7 +23,8 @@ bool Node::Options::operator==(const Options& o) const {
   // Settings are compared as given: the same value once as an option and
   // once from the environment makes two nodes (harmless, if wasteful).
   return timeout_ms == o.timeout_ms && transports.only == o.transports.only &&
-         transports.settings == o.transports.settings && transports.secret == o.transports.secret;
+         transports.settings == o.transports.settings && transports.local_only == o.transports.local_only &&
+         transports.secret == o.transports.secret;
 }
 
 Node::Options Node::Options::From(const bootstrap::SharedOptions& shared) {

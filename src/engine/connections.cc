@@ -21,7 +21,10 @@ Status Engine::Impl::Start(const std::string& local_engine, const std::map<std::
   uuid = engine::RandomId();
   notifies.set_depth(static_cast<size_t>(cfg.notify_queue_depth));
   // Engines (and the world) with the same options share the process's node.
-  const core::Session::Options sopts = core::Session::Options::From(cfg);
+  core::Session::Options sopts = core::Session::Options::From(cfg);
+  // An engine listening on loopback is reached (and called back) only from
+  // this host.
+  sopts.node.transports.local_only = net::IsLoopback(local.host);
   auto s = core::Session::Create(sopts);
   if (!s.ok()) {
     const std::string& only = sopts.node.transports.only;

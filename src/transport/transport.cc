@@ -95,7 +95,10 @@ Result<std::vector<std::unique_ptr<Transport>>> CreateTransports(Host* host, con
     out.push_back(std::move(shm));
   }
 #ifdef HIXL_HAVE_UCX
-  if (wanted("ucx")) {
+  // A job of one host reaches every peer through shm: UCX, asked for only
+  // by "auto", would open TCP listeners on the network interfaces (UCX 1.13
+  // cannot use loopback) that nobody of the job needs.
+  if (wanted("ucx") && !(options.only.empty() && options.local_only)) {
     auto ucx = ucx::CreateUcxTransport(host, options);
     if (ucx.ok()) {
       out.push_back(std::move(ucx.value()));

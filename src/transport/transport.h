@@ -115,6 +115,11 @@ struct Options {
   // name (Switch::option), as written.  A switch absent here is read by its
   // transport from its variable (Switch::variable).
   std::map<std::string, std::string> settings;
+  // Every peer is on this host (the world's MASTER_ADDR, or the engine's
+  // listening address, is a loopback one): with `only` empty, transports
+  // that would listen on a network interface are not started (bind only
+  // where needed, docs/security.md).  A transport asked for by name still is.
+  bool local_only = false;
   // The job secret (HIXL_SECRET, the engine's "secret"): a transport's own
   // listeners admit only connections that prove it (base/auth.h); without
   // one, same-host sockets admit only this user.

@@ -99,16 +99,7 @@ Status WorldImpl::Start() {
       cfg_.master_addr = at.host;
       cfg_.master_port = at.port;
     } else if (cfg_.rank == 0) {
-      auto server = bootstrap::TcpStoreServer::Start(cfg_.master_addr, cfg_.master_port, n, cfg_.secret);
-      if (!server.ok()) {
-        // MASTER_ADDR may name this host by an address we cannot bind.
-        server = bootstrap::TcpStoreServer::Start("0.0.0.0", cfg_.master_port, n, cfg_.secret);
-      }
-      if (!server.ok()) {
-        return Err(Errc::kBootstrap, "rank 0 cannot host the store on {}:{}: {}", cfg_.master_addr, cfg_.master_port,
-                   server.status().message());
-      }
-      store_server_ = std::move(server.value());
+      HIXL_ASSIGN_OR_RETURN(store_server_, HostStore());
     }
     auto client =
         bootstrap::TcpStoreClient::Connect(cfg_.master_addr, cfg_.master_port, cfg_.rank, cfg_.timeout_ms, cfg_.secret);
@@ -126,7 +117,10 @@ Status WorldImpl::Start() {
 
   // 3. Transports: the process's node, shared with its engines when they
   // asked for the same options (its peer ids are then the ranks).
-  const Session::Options sopts = Session::Options::From(cfg_, cfg_.rank, n);
+  Session::Options sopts = Session::Options::From(cfg_, cfg_.rank, n);
+  // Every rank reached rank 0's store at MASTER_ADDR: a loopback one means
+  // they all run here.
+  sopts.node.transports.local_only = n == 1 || net::IsLoopback(cfg_.master_addr);
   auto session = Session::Create(sopts);
   if (!session.ok()) {
     const std::string& only = sopts.node.transports.only;
@@ -166,6 +160,37 @@ Status WorldImpl::PlaceHeap() {
     first = static_cast<size_t>(worst);
   }
   return Err(Errc::kNoMemory, "the ranks could not agree on an address for the symmetric heap");
+}
+
+// Rank 0's store server, on the socket the launcher bound for it (hixlrun's
+// HIXL_STORE_FD) or on MASTER_ADDR:MASTER_PORT.  Only there: an address of
+// this host that cannot be bound is an error, never a silent fallback to
+// every interface.
+Result<std::unique_ptr<bootstrap::TcpStoreServer>> WorldImpl::HostStore() {
+  const int n = size();
+  if (cfg_.store_fd >= 0) {
+    net::Fd fd(cfg_.store_fd);
+    cfg_.store_fd = -1;  // owned by the server (or closed) from here
+    auto port = net::LocalPort(fd.get());
+    if (port.ok() && port.value() != cfg_.master_port) {
+      return Err(Errc::kBootstrap, "HIXL_STORE_FD={} listens on port {}, but MASTER_PORT is {}", fd.get(), port.value(),
+                 cfg_.master_port);
+    }
+    auto server = bootstrap::TcpStoreServer::StartOn(std::move(fd), n, cfg_.secret);
+    if (!server.ok()) {
+      return Err(Errc::kBootstrap, "rank 0 cannot host the store on the socket its launcher passed (HIXL_STORE_FD): {}",
+                 server.status().message());
+    }
+    return server;
+  }
+  auto server = bootstrap::TcpStoreServer::Start(cfg_.master_addr, cfg_.master_port, n, cfg_.secret);
+  if (!server.ok()) {
+    return Err(Errc::kBootstrap,
+               "rank 0 cannot host the store on MASTER_ADDR:MASTER_PORT = {}:{} ({}); MASTER_ADDR must be an "
+               "address of rank 0's host that the other ranks reach",
+               cfg_.master_addr, cfg_.master_port, server.status().message());
+  }
+  return server;
 }
 
 Status WorldImpl::ConnectPeers() {

@@ -75,6 +75,7 @@ class WorldImpl final : private Session::Delegate {
   Status Start();
   Status PlaceHeap();
   Status ConnectPeers();
+  Result<std::unique_ptr<bootstrap::TcpStoreServer>> HostStore();
 
   Status CheckRemote(const char* op, int peer, uint64_t addr, const void* local, size_t size) const;
   // The entry holding the range, held by *pin until the caller's transport

@@ -89,13 +89,13 @@ struct Buf {
   std::vector<uint8_t> v;
 };
 
-// engine_node_test --peer: an engine in another process with one
+// engine_node_test --peer TRANSPORT: an engine in another process with one
 // registered buffer of 4096 bytes of 7s; prints "READY ENGINE ADDR", then
 // waits until its stdin closes.
-int PeerMain() {
+int PeerMain(const std::string& transport) {
   hixl::Engine e;
   std::string name;
-  if (auto s = Listen(e, &name); s != hixl::SUCCESS) {
+  if (auto s = Listen(e, &name, {{"transport", transport}}); s != hixl::SUCCESS) {
     std::printf("INITFAIL %s\n", Why(s).c_str());
     return 1;
   }
@@ -125,14 +125,15 @@ struct PeerProcess {
     }
     if (out >= 0) ::close(out);
   }
-  std::string Start() {
+  // transport: the peer engine's option "transport" (nullptr: auto).
+  std::string Start(const char* transport = nullptr) {
     int to[2], from[2];
     if (::pipe2(to, O_CLOEXEC) != 0 || ::pipe2(from, O_CLOEXEC) != 0) return "pipe failed";
     pid = ::fork();
     if (pid == 0) {
       ::dup2(to[0], 0);
       ::dup2(from[1], 1);
-      ::execl(g_self.c_str(), g_self.c_str(), "--peer", nullptr);
+      ::execl(g_self.c_str(), g_self.c_str(), "--peer", transport ? transport : "auto", nullptr);
       _exit(127);
     }
     ::close(to[0]);
@@ -283,9 +284,10 @@ TEST(Node, EnginesOverUcxShareOneWorker) {
       << hixl::Engine::LastError();
   EXPECT_EQ(mem.v[0], 3);
   EXPECT_EQ(mem.v.back(), 3);
-  // And to an engine in another process (which offers shm and ucx).
+  // And to an engine over UCX in another process (an engine in "auto" that
+  // listens on loopback offers only shm: nobody off this host can reach it).
   PeerProcess peer;
-  const std::string ready = peer.Start();
+  const std::string ready = peer.Start("ucx");
   ASSERT_EQ(ready.rfind("READY ", 0), 0u) << ready;
   const std::string pname = ready.substr(6, ready.find(' ', 6) - 6);
   const uint64_t paddr = std::stoull(ready.substr(ready.find(' ', 6) + 1));
@@ -303,7 +305,7 @@ int main(int argc, char** argv) {
   char buf[4096];
   ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
   g_self = n > 0 ? std::string(buf, static_cast<size_t>(n)) : "/proc/self/exe";
-  if (argc >= 2 && std::string(argv[1]) == "--peer") return PeerMain();
+  if (argc >= 3 && std::string(argv[1]) == "--peer") return PeerMain(argv[2]);
   ::signal(SIGPIPE, SIG_IGN);
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();

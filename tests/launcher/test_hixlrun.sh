@@ -161,6 +161,30 @@ test_secret() {  # a fresh job secret per job, the same in every rank; the user'
   check "HIXL_SECRET_FILE did not replace the secret" test "$(cat "$TMP/out")" = "unset /some/file"
 }
 
+# Rank 0 gets the store's socket, bound and listening at MASTER_PORT before
+# any rank starts (so nobody can take the port in between); no other rank
+# has it.  Rank 0, holding it, finds the port taken for anyone else.
+test_store_socket() {
+  run -n 3 sh -c 'fd=${HIXL_STORE_FD-none}
+    case $(readlink "/proc/$$/fd/$fd" 2>/dev/null) in socket:*) kind=socket ;; *) kind=- ;; esac
+    bind=
+    if [ "$RANK" = 0 ]; then
+      if python3 -c "import socket,sys; s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind((\"127.0.0.1\", int(sys.argv[1])))" "$MASTER_PORT" 2>/dev/null; then
+        bind=" free"; else bind=" taken"; fi
+    fi
+    echo "$RANK $kind$bind"'
+  expect_rc 0
+  check "rank 0 did not get the store's socket, or another rank did" test "$(sort "$TMP/out")" = "0 socket taken
+1 -
+2 -"
+  # An address of another host (TEST-NET-3) cannot be listened on: refused
+  # at once, naming it, before any rank starts.
+  run -n 2 --master-addr 203.0.113.7 sh -c 'echo started'
+  expect_rc 1
+  expect_err_has "203.0.113.7"
+  check "a rank started" test ! -s "$TMP/out"
+}
+
 test_env_options() {
   run -n 2 --master-addr localhost --master-port 29123 -x A=1 -x B=x=y --env C= -x A=2 \
     sh -c 'echo "$RANK $MASTER_ADDR $MASTER_PORT $A $B [$C] ${C+set}"'
@@ -334,7 +358,7 @@ test_usage() {
   expect_rc 2
 }
 
-for t in env secret env_options eight_ranks exit_code early_failure_stops_others kill_grace signal_death \
+for t in env secret store_socket env_options eight_ranks exit_code early_failure_stops_others kill_grace signal_death \
   prefix_output prefix_no_interleaving args_passthrough missing_program timeout forward_signals \
   leftover_background usage; do
   run_test "$t"

@@ -74,3 +74,40 @@ def test_world_of_one():
     hixl.free(again)
     hixl.finalize()
     assert not hixl.is_initialized()
+
+
+def test_rank0_never_falls_back_to_every_interface():
+    """A MASTER_ADDR that is not an address of rank 0's host is an error that
+    names it, never a store listening on 0.0.0.0 instead."""
+    code = """
+        import os, hixl
+        os.environ["MASTER_ADDR"] = "203.0.113.7"   # TEST-NET-3: no host's address here
+        try:
+            hixl.init()
+        except hixl.HixlError as e:
+            print("refused:", e)
+            raise SystemExit(0)
+        raise SystemExit("init succeeded on an address of another host")
+    """
+    r = run_rank(code, 0, 2, free_port(), 3000)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "203.0.113.7" in r.stdout and "cannot host the store" in r.stdout, r.stdout
+
+
+def test_store_fd_that_is_not_a_listening_socket_is_refused():
+    """HIXL_STORE_FD (set by hixlrun for rank 0) must name a listening TCP
+    socket on MASTER_PORT; anything else is an error naming it."""
+    code = """
+        import os, hixl
+        r, w = os.pipe()
+        os.environ["HIXL_STORE_FD"] = str(r)
+        try:
+            hixl.init()
+        except hixl.HixlError as e:
+            print("refused:", e)
+            raise SystemExit(0)
+        raise SystemExit("init accepted a pipe as the store's socket")
+    """
+    r = run_rank(code, 0, 2, free_port(), 3000)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "HIXL_STORE_FD" in r.stdout and "not a" in r.stdout, r.stdout

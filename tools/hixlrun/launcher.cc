@@ -28,45 +28,54 @@ constexpr Millis kLeftoverPoll{20};
 // How long to wait for processes that survive SIGKILL (e.g. stuck in D state).
 constexpr Millis kAfterKillWait{3000};
 
-// Picks a free TCP port on addr by binding port 0 and closing the socket.
-// Returns 0 and prints a message on failure.
-int pick_free_port(const std::string &addr) {
+// Binds and listens on addr:port (port 0: a free one) for rank 0's store.
+// The socket stays open and is handed to rank 0 (HIXL_STORE_FD), so no
+// other process can take the port between this choice and rank 0's start.
+// Returns the descriptor (close-on-exec) and sets *port; -1 and prints a
+// message on failure.
+int bind_store_socket(const std::string &addr, int *port) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
   addrinfo *res = nullptr;
-  int gai = ::getaddrinfo(addr.c_str(), "0", &hints, &res);
+  const std::string service = std::to_string(*port);
+  int gai = ::getaddrinfo(addr.c_str(), service.c_str(), &hints, &res);
   if (gai != 0) {
     message("cannot resolve MASTER_ADDR '" + addr + "': " + ::gai_strerror(gai));
-    return 0;
+    return -1;
   }
-  int port = 0;
+  int fd = -1;
   int last_err = 0;
-  for (addrinfo *ai = res; ai != nullptr && port == 0; ai = ai->ai_next) {
+  for (addrinfo *ai = res; ai != nullptr && fd < 0; ai = ai->ai_next) {
     int s = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
     if (s < 0) {
       last_err = errno;
       continue;
     }
+    int one = 1;
+    ::setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     sockaddr_storage ss{};
     socklen_t len = sizeof ss;
-    if (::bind(s, ai->ai_addr, ai->ai_addrlen) == 0 && ::getsockname(s, reinterpret_cast<sockaddr *>(&ss), &len) == 0) {
+    if (::bind(s, ai->ai_addr, ai->ai_addrlen) == 0 && ::listen(s, 128) == 0 &&
+        ::getsockname(s, reinterpret_cast<sockaddr *>(&ss), &len) == 0) {
+      fd = s;
       if (ss.ss_family == AF_INET) {
-        port = ntohs(reinterpret_cast<sockaddr_in *>(&ss)->sin_port);
+        *port = ntohs(reinterpret_cast<sockaddr_in *>(&ss)->sin_port);
       } else if (ss.ss_family == AF_INET6) {
-        port = ntohs(reinterpret_cast<sockaddr_in6 *>(&ss)->sin6_port);
+        *port = ntohs(reinterpret_cast<sockaddr_in6 *>(&ss)->sin6_port);
       }
     } else {
       last_err = errno;
+      ::close(s);
     }
-    ::close(s);
   }
   ::freeaddrinfo(res);
-  if (port == 0) {
-    message("cannot pick a free port on MASTER_ADDR '" + addr + "': " + errno_text(last_err) + " (use --master-port)");
+  if (fd < 0) {
+    message("cannot listen on MASTER_ADDR:MASTER_PORT '" + addr + ":" + service + "' for rank 0's store: " +
+            errno_text(last_err) + (*port == 0 ? "" : " (choose another --master-port, or none)"));
   }
-  return port;
+  return fd;
 }
 
 }  // namespace
@@ -75,8 +84,8 @@ int Launcher::run() {
   if (!setup_signals()) return kExitInternal;
 
   int port = opts_.master_port;
-  if (port == 0) port = pick_free_port(opts_.master_addr);
-  if (port == 0) return kExitInternal;
+  store_fd_ = bind_store_socket(opts_.master_addr, &port);
+  if (store_fd_ < 0) return kExitInternal;
 
   if (opts_.timeout_s) {
     auto ms = static_cast<int64_t>(std::ceil(*opts_.timeout_s * 1000.0));
@@ -84,6 +93,7 @@ int Launcher::run() {
   }
 
   start_ranks(port);
+  close_fd(store_fd_);  // rank 0 has it now (or never will)
   if (launch_error_ != 0 && !ranks_.empty()) start_stopping(SIGTERM);
   main_loop();
   final_drain();

@@ -61,6 +61,7 @@ class Launcher {
   Options opts_;
   std::vector<Rank> ranks_;
   int sigfd_ = -1;
+  int store_fd_ = -1;  // rank 0's store socket until rank 0 is started
   sigset_t orig_mask_{};
   sigset_t handled_{};
   bool sigpipe_ignored_at_entry_ = false;

@@ -17,8 +17,8 @@
 namespace hixlrun {
 namespace {
 
-const char *const kReservedVars[] = {"RANK",        "WORLD_SIZE",  "LOCAL_RANK",   "LOCAL_WORLD_SIZE",
-                                     "MASTER_ADDR", "MASTER_PORT", "HIXL_LAUNCHER"};
+const char *const kReservedVars[] = {"RANK",        "WORLD_SIZE",  "LOCAL_RANK",    "LOCAL_WORLD_SIZE",
+                                     "MASTER_ADDR", "MASTER_PORT", "HIXL_LAUNCHER", "HIXL_STORE_FD"};
 
 class UsageFormatter : public CLI::Formatter {
  public:

@@ -147,7 +147,7 @@ void Launcher::start_ranks(int port) {
   for (char **e = environ; *e != nullptr; ++e) {
     std::string_view kv(*e);
     std::string_view name = kv.substr(0, kv.find('='));
-    bool overridden = name == "RANK" || name == "LOCAL_RANK" ||
+    bool overridden = name == "RANK" || name == "LOCAL_RANK" || name == "HIXL_STORE_FD" ||
                       std::any_of(set_vars.begin(), set_vars.end(), [&](const auto &p) { return p.first == name; });
     if (!overridden) base.emplace_back(kv);
   }
@@ -175,6 +175,7 @@ void Launcher::start_ranks(int port) {
     std::vector<std::string> env = base;
     env.push_back("RANK=" + std::to_string(i));
     env.push_back("LOCAL_RANK=" + std::to_string(i));
+    if (i == 0 && store_fd_ >= 0) env.push_back("HIXL_STORE_FD=" + std::to_string(store_fd_));
     Rank r;
     r.index = i;
     if (!spawn(r, env, candidates)) return;
@@ -225,6 +226,7 @@ bool Launcher::spawn(Rank &rank, const std::vector<std::string> &env, const std:
   const pid_t parent = ::getpid();
   const bool reset_sigpipe = !sigpipe_ignored_at_entry_;
   const sigset_t child_mask = orig_mask_;
+  const int store_fd = store_fd_;
 
   pid_t pid = ::fork();
   if (pid < 0) {
@@ -246,6 +248,8 @@ bool Launcher::spawn(Rank &rank, const std::vector<std::string> &env, const std:
     ::signal(SIGCHLD, SIG_DFL);
     if (reset_sigpipe) ::signal(SIGPIPE, SIG_DFL);
     ::sigprocmask(SIG_SETMASK, &child_mask, nullptr);
+    // Rank 0 inherits the store's socket (HIXL_STORE_FD); the others do not.
+    if (rank.index == 0 && store_fd >= 0) ::fcntl(store_fd, F_SETFD, 0);
 
     int err = ENOENT;
     bool got_eacces = false;
