@@ -21,6 +21,7 @@
 #include <string>
 
 #include "base/auth.h"
+#include "base/socket.h"
 #include "base/status.h"
 
 namespace hixl::bootstrap {
@@ -57,7 +58,7 @@ class MemoryStore final : public Store {
   std::unique_ptr<Impl> impl_;
 };
 
-// The server, run by rank 0 on a thread of its own.
+// The server, run by rank 0 on the process's event loop (base/event_loop.h).
 class TcpStoreServer {
  public:
   // Listens on host:port (port 0 picks a free port; see port()).
@@ -66,7 +67,11 @@ class TcpStoreServer {
   // one that fails is closed and logged.
   static Result<std::unique_ptr<TcpStoreServer>> Start(const std::string& host, uint16_t port, int world_size,
                                                        const auth::MaybeSecret& secret = std::nullopt);
-  ~TcpStoreServer();  // stops the thread and closes every socket
+  // The same on a socket the caller bound and listens on (a launcher that
+  // reserved the port): the server owns it from now on.
+  static Result<std::unique_ptr<TcpStoreServer>> StartOn(net::Fd listening, int world_size,
+                                                         const auth::MaybeSecret& secret = std::nullopt);
+  ~TcpStoreServer();  // closes every socket
   uint16_t port() const;
 
  private:
