@@ -426,7 +426,9 @@ FrameServer::FrameServer(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
 FrameServer::~FrameServer() {
   std::shared_ptr<ev::EventLoop> loop = impl_->loop;  // outlives the handles' close callbacks
   // The timer is part of Impl: Impl lives until the timer's close callback.
-  auto* keep = new std::shared_ptr<Impl>(std::move(impl_));
+  // impl_ stays set until the listeners are gone: a handler that runs
+  // before then may still call this server.
+  auto* keep = new std::shared_ptr<Impl>(impl_);
   loop->Call([keep] {
     Impl& impl = **keep;
     std::vector<int> ids;
@@ -436,6 +438,7 @@ FrameServer::~FrameServer() {
     uv_close(reinterpret_cast<uv_handle_t*>(&impl.timer),
              [](uv_handle_t* h) { delete static_cast<std::shared_ptr<Impl>*>(h->data); });
   });
+  impl_.reset();  // no handler runs any more
   // The close callbacks run at the end of that turn of the loop: wait for
   // them, so that the last holder of the loop is this thread (which joins it).
   loop->Call([] {});

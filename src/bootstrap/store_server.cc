@@ -16,7 +16,10 @@ namespace hixl::bootstrap {
 
 void TcpStoreServer::Impl::Stop() {
   if (!fs) return;
-  fs.reset();  // closes every connection: clients see the server gone
+  // First the listener (after which no handler runs, here fs is still set),
+  // then the server: clients see the server gone.
+  if (listener != 0) fs->RemoveListener(listener);
+  fs.reset();
   loop->Call([this] {
     if (timer)
       uv_close(reinterpret_cast<uv_handle_t*>(timer), [](uv_handle_t* h) { delete reinterpret_cast<uv_timer_t*>(h); });
@@ -137,7 +140,8 @@ Result<std::unique_ptr<TcpStoreServer>> TcpStoreServer::StartOn(net::Fd listenin
   h.max_frame = [](const uint8_t* op) { return op ? detail::MaxRequestFrame(static_cast<Op>(*op)) : kMaxFrame; };
   h.on_frame = [p](uint64_t id, std::string_view f) { p->OnFrame(id, f); };
   h.on_close = [p](uint64_t id, const std::string& why) { p->OnClose(id, why); };
-  HIXL_RETURN_IF_ERROR(p->fs->AddListener(std::move(listening), std::move(h)).status());
+  HIXL_ASSIGN_OR_RETURN(net::FrameServer::Listener l, p->fs->AddListener(std::move(listening), std::move(h)));
+  p->listener = l.id;
   return std::unique_ptr<TcpStoreServer>(new TcpStoreServer(std::move(impl)));
 }
 

@@ -109,6 +109,7 @@ struct TcpStoreServer::Impl {
   const int world_size;
   const uint16_t port;
   std::unique_ptr<net::FrameServer> fs;
+  int listener = 0;  // fs's
   std::shared_ptr<ev::EventLoop> loop;
   uv_timer_t* timer = nullptr;  // parked deadlines; freed by its close callback
 
