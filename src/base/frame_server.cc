@@ -516,6 +516,16 @@ void FrameServer::Pause(ConnId id, bool paused) {
   });
 }
 
+bool FrameServer::Gone(ConnId id) {
+  Impl::Conn* c = impl_->Find(id);
+  if (!c) return true;
+  char b = 0;
+  ssize_t k = ::recv(c->fd.get(), &b, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (k > 0 || (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))) return false;
+  impl_->DropConn(*c, k == 0 ? "it closed the connection" : "its connection failed", false);
+  return true;
+}
+
 std::string FrameServer::Peer(ConnId id) const {
   Impl::Conn* c = impl_->Find(id);
   return c ? c->peer : std::string();

@@ -96,6 +96,9 @@ class FrameServer {
   // While paused, no frame of the connection is handed over (bytes are
   // still read, up to one largest frame, so that its close is seen).
   void Pause(ConnId id, bool paused);
+  // True when the connection is gone, or its peer closed it (an end not
+  // seen yet is seen now, and the connection closed: on_close runs).
+  bool Gone(ConnId id);
   // The peer's address ("" when gone).
   std::string Peer(ConnId id) const;
   // Live connections of a listener (for tests and caps).

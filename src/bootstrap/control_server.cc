@@ -42,6 +42,9 @@ struct Front {
     if (bound == from_of.end()) {
       if (from != kAnonymous) {
         auto o = owner.find(from);
+        // A client that reconnects closed its old connection first: its
+        // end may not have been seen yet.
+        if (o != owner.end() && o->second != id && fs->Gone(o->second)) o = owner.find(from);
         if (o != owner.end() && o->second != id) {
           return fs->Drop(id, fmt::format("it claimed to be {} on a connection that is new, while another live "
                                           "connection ({}) is {}",
