@@ -1,5 +1,5 @@
-// The control plane between peers: a process runs one ControlServer (one
-// thread, a poll loop) that answers small requests from peers, such as
+// The control plane between peers: a process runs one ControlServer (on
+// the process's event loop, base/event_loop.h) that answers small requests from peers, such as
 // "send me your region table" or "forget this region".  The server may
 // listen on several sockets, one per front door (an engine listens where
 // its user said, the world on a free port): each listener has its own
@@ -20,11 +20,12 @@
 
 namespace hixl::bootstrap {
 
-// Runs on the server's thread; the reply (or its error) goes back to the
-// caller.  `from_rank` is the id the caller sent (its meaning is the
-// listener's front door's).  A handler must not block on a control request
-// of its own (the one thread serves every listener of the process).
-using ControlHandler = std::function<Result<std::string>(int from_rank, uint8_t type, std::string_view payload)>;
+// Runs on the process's event loop thread; the reply (or its error) goes
+// back to the caller.  `from` is the id the caller sent (its meaning is the
+// listener's front door's; a connection keeps the one of its first
+// request).  A handler must not block, least of all on a control request
+// of its own (the one thread serves every listener and the store).
+using ControlHandler = std::function<Result<std::string>(int64_t from, uint8_t type, std::string_view payload)>;
 
 // The largest request frame a server reads and the largest reply frame a
 // client reads (a region table of many regions is the largest reply).  A
@@ -33,7 +34,8 @@ using ControlHandler = std::function<Result<std::string>(int from_rank, uint8_t 
 constexpr uint32_t kMaxControlRequest = 1u << 20;
 constexpr uint32_t kMaxControlReply = 64u << 20;
 
-// The server thread is named "hixl-control" (see /proc/self/task/*/comm).
+// Served on the process's event loop thread, "hixl-loop" (base/event_loop.h),
+// through base/frame_server.h: its caps and timeouts are in docs/limits.md.
 class ControlServer {
  public:
   // A server without listeners yet (AddListener adds them).  With a
@@ -44,7 +46,7 @@ class ControlServer {
   static Result<std::unique_ptr<ControlServer>> Start(const std::string& host, ControlHandler handler,
                                                       uint16_t port = 0,
                                                       const auth::MaybeSecret& secret = std::nullopt);
-  ~ControlServer();  // stops and joins the thread, closes every socket
+  ~ControlServer();  // closes every socket; must not be called from a handler
 
   struct Listener {
     int id = 0;

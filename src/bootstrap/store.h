@@ -58,7 +58,7 @@ class MemoryStore final : public Store {
   std::unique_ptr<Impl> impl_;
 };
 
-// The server, run by rank 0 on a thread of its own.
+// The server, run by rank 0 on the process's event loop (base/event_loop.h).
 class TcpStoreServer {
  public:
   // Listens on host:port (port 0 picks a free port; see port()).
@@ -67,12 +67,11 @@ class TcpStoreServer {
   // one that fails is closed and logged.
   static Result<std::unique_ptr<TcpStoreServer>> Start(const std::string& host, uint16_t port, int world_size,
                                                        const auth::MaybeSecret& secret = std::nullopt);
-  // Serves on `listening`, a socket already bound and listening (made by
-  // the launcher, so that nobody can take the port in between); its port
-  // is port().  Takes ownership.
+  // The same on a socket the caller bound and listens on (a launcher that
+  // reserved the port): the server owns it from now on.
   static Result<std::unique_ptr<TcpStoreServer>> StartOn(net::Fd listening, int world_size,
                                                          const auth::MaybeSecret& secret = std::nullopt);
-  ~TcpStoreServer();  // stops the thread and closes every socket
+  ~TcpStoreServer();  // closes every socket
   uint16_t port() const;
 
  private:

@@ -56,9 +56,9 @@ void TcpStoreServer::Impl::Malformed(Conn& c, Op op) {
                c.rank >= 0 ? fmt::format("rank {}", c.rank) : std::string("a new connection")));
 }
 
-std::string TcpStoreServer::Impl::Who(const Conn& c) {
-  return c.rank >= 0 ? fmt::format("rank {} ({})", c.rank, net::PeerAddress(c.fd.get()))
-                     : fmt::format("a new connection from {}", net::PeerAddress(c.fd.get()));
+std::string TcpStoreServer::Impl::Who(const Conn& c) const {
+  return c.rank >= 0 ? fmt::format("rank {} ({})", c.rank, fs->Peer(c.id))
+                     : fmt::format("a new connection from {}", fs->Peer(c.id));
 }
 
 void TcpStoreServer::Impl::Hello(Conn& c, int32_t rank) {
@@ -79,6 +79,7 @@ void TcpStoreServer::Impl::Hello(Conn& c, int32_t rank) {
     }
   }
   c.rank = rank;
+  fs->Bind(c.id);  // a rank's connection may be idle for the whole job
   Reply(c, Status::Ok());
 }
 
@@ -114,6 +115,8 @@ void TcpStoreServer::Impl::Park(Conn& c, Parked p) {
   waiters[p.key].insert(c.id);
   deadlines.emplace(p.deadline, c.id);
   c.parked = std::move(p);
+  fs->Pause(c.id, true);  // its next request is served after this one's reply
+  Rearm();
 }
 
 void TcpStoreServer::Impl::Unpark(Conn& c) {
@@ -125,6 +128,7 @@ void TcpStoreServer::Impl::Unpark(Conn& c) {
   }
   deadlines.erase({c.parked->deadline, c.id});
   c.parked.reset();
+  if (!c.dead) fs->Pause(c.id, false);
 }
 
 void TcpStoreServer::Impl::Notify(const std::string& key) {
@@ -145,11 +149,6 @@ void TcpStoreServer::Impl::Notify(const std::string& key) {
 
 void TcpStoreServer::Impl::ExpireDeadlines() {
   const Deadline now = Clock::now();
-  while (!handshakes.empty() && handshakes.begin()->first <= now) {
-    auto ci = conns.find(handshakes.begin()->second);
-    handshakes.erase(handshakes.begin());
-    if (ci != conns.end()) Refuse(*ci->second, "it did not complete the authentication handshake in time");
-  }
   while (!deadlines.empty() && deadlines.begin()->first <= now) {
     uint64_t id = deadlines.begin()->second;
     auto ci = conns.find(id);

@@ -1,10 +1,10 @@
 // One node per process (src/core/node.h): engines and the rank world of this
-// process share one set of transports and one control thread, each front
+// process share one set of transports and the process's one event loop, each front
 // door still sees only its own regions, and transfers between engines of one
 // process and to an engine in another process work.
 //
 // What is shared is seen from outside: the library names its threads
-// ("hixl-control", "hixl-shm", "hixl-ucx"), so the test counts them in
+// ("hixl-loop", "hixl-shm", "hixl-ucx"), so the test counts them in
 // /proc/self/task.  The peer in another process is this binary started with
 // --peer; every wait on it is bounded.
 #include <dirent.h>
@@ -158,7 +158,7 @@ struct PeerProcess {
 };
 
 TEST(Node, EnginesAndTheWorldShareOneNodeAndKeepTheirOwnRegions) {
-  ASSERT_EQ(Threads("hixl-control"), 0);
+  ASSERT_EQ(Threads("hixl-loop"), 0);
   ASSERT_EQ(Threads("hixl-shm"), 0);
   // A world of one (no launcher variables) and three engines, all with the
   // process's default options: one node.
@@ -175,7 +175,8 @@ TEST(Node, EnginesAndTheWorldShareOneNodeAndKeepTheirOwnRegions) {
   ASSERT_EQ(e3->Initialize("127.0.0.1", {}), hixl::SUCCESS) << hixl::Engine::LastError();
   EXPECT_EQ(Threads("hixl-shm"), 1);
   EXPECT_EQ(Threads("hixl-ucx"), ucx);
-  EXPECT_EQ(Threads("hixl-control"), 1);  // three listeners, one thread
+  EXPECT_EQ(Threads("hixl-loop"), 1);  // three listeners, one event loop
+  EXPECT_EQ(Threads("hixl-control"), 0);
 
   // The same range registered through e1, e2 and the world: registered with
   // the transports once, and each door's own.
@@ -242,26 +243,26 @@ TEST(Node, EnginesAndTheWorldShareOneNodeAndKeepTheirOwnRegions) {
     std::string n4;
     ASSERT_EQ(Listen(other, &n4, {{"shm_cma", "0"}}), hixl::SUCCESS) << hixl::Engine::LastError();
     EXPECT_EQ(Threads("hixl-shm"), 2);
-    EXPECT_EQ(Threads("hixl-control"), 2);
+    EXPECT_EQ(Threads("hixl-loop"), 1);  // two nodes, still one event loop per process
     ASSERT_EQ(other.Connect(n2, 10000), hixl::SUCCESS) << hixl::Engine::LastError();
     EXPECT_EQ(other.TransferSync(n2, hixl::READ, {{back.addr(), shared.addr() + 4096, 64}}, 10000), hixl::SUCCESS)
         << hixl::Engine::LastError();
     EXPECT_EQ(back.v[0], 9);
   }
   EXPECT_EQ(ThreadsSettle("hixl-shm", 1), 1);
-  EXPECT_EQ(ThreadsSettle("hixl-control", 1), 1);
+  EXPECT_EQ(ThreadsSettle("hixl-loop", 1), 1);
 
   // An engine that finalizes leaves the others working.
   e1.reset();
   EXPECT_EQ(e3->TransferSync(n2, hixl::READ, {{back.addr(), shared.addr(), 64}}, 10000), hixl::SUCCESS)
       << hixl::Engine::LastError();
-  EXPECT_EQ(Threads("hixl-control"), 1);
+  EXPECT_EQ(Threads("hixl-loop"), 1);
   e2.reset();
   e3.reset();
   EXPECT_EQ(Threads("hixl-shm"), 1);  // the world holds the node
   ASSERT_EQ(hixl_finalize(), HIXL_SUCCESS) << hixl_last_error();
   EXPECT_EQ(ThreadsSettle("hixl-shm", 0), 0);
-  EXPECT_EQ(ThreadsSettle("hixl-control", 0), 0);
+  EXPECT_EQ(ThreadsSettle("hixl-loop", 0), 0);
 }
 
 TEST(Node, EnginesOverUcxShareOneWorker) {
@@ -275,7 +276,7 @@ TEST(Node, EnginesOverUcxShareOneWorker) {
   ASSERT_EQ(Listen(b, &nb, ucx), hixl::SUCCESS) << hixl::Engine::LastError();
   EXPECT_EQ(Threads("hixl-ucx"), 1);
   EXPECT_EQ(Threads("hixl-shm"), 0);
-  EXPECT_EQ(Threads("hixl-control"), 1);
+  EXPECT_EQ(Threads("hixl-loop"), 1);
   Buf mem(1 << 16, 0), src(1 << 16, 3);
   hixl::MemHandle h = nullptr;
   ASSERT_EQ(b.RegisterMem({mem.addr(), mem.v.size()}, hixl::MEM_HOST, h), hixl::SUCCESS);

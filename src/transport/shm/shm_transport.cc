@@ -324,6 +324,13 @@ class ShmTransport final : public Transport {
 
   // --- the progress thread (target side)
 
+  // Connections served at once (docs/limits.md): a rank connects once per
+  // peer process of its host.  The socket's requests are read only when a
+  // whole message is there (a short one ends its connection), so a client
+  // that stops half-way holds up nobody.
+  static constexpr size_t kMaxServed = 256;
+  std::optional<net::Deadline> accept_resume;  // accepting paused until then; the thread's
+
   struct Served {
     Fd conn;
     Mapping channel;  // set once the origin opened a relay
@@ -336,9 +343,11 @@ class ShmTransport final : public Transport {
     while (true) {
       std::vector<pollfd> pfds;
       pfds.push_back({wake_.get(), POLLIN, 0});
-      pfds.push_back({listener_.get(), POLLIN, 0});
+      if (accept_resume && net::Clock::now() >= *accept_resume) accept_resume.reset();
+      // A negative fd is ignored by poll: accepting is paused after EMFILE.
+      pfds.push_back({accept_resume ? -1 : listener_.get(), POLLIN, 0});
       pfds.push_back({doorbell_.get(), POLLIN, 0});
-      std::optional<net::Deadline> next;  // the first handshake to expire
+      std::optional<net::Deadline> next = accept_resume;  // the first handshake to expire, or the pause's end
       for (auto& c : conns) {
         pfds.push_back({c->conn.get(), POLLIN, 0});
         if (c->hs && (!next || c->hs->deadline() < *next)) next = c->hs->deadline();
@@ -351,10 +360,20 @@ class ShmTransport final : public Transport {
       if (pfds[0].revents) return;
       if (pfds[1].revents & POLLIN) {
         int fd = ::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC);
-        if (fd >= 0) {
+        if (fd >= 0 && conns.size() >= kMaxServed) {
+          // Accepted and closed at once, so that the queue never fills.
+          HIXL_LOG_WARN("hixl shm socket {}: refused {}: the socket has its {} connections already", sock_name_,
+                        auth::PeerName(fd), kMaxServed);
+          ::close(fd);
+        } else if (fd >= 0) {
           auto s = std::make_unique<Served>();
           s->conn = Fd(fd);
           if (Admit(s.get())) conns.push_back(std::move(s));
+        } else if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+          // The pending connection would wake poll at once for ever: pause.
+          HIXL_LOG_WARN("hixl shm socket {}: cannot accept a connection ({}); pausing accepting for 100 ms", sock_name_,
+                        std::strerror(errno));
+          accept_resume = net::DeadlineIn(100);
         }
       }
       if (pfds[2].revents & POLLIN) {
@@ -373,7 +392,9 @@ class ShmTransport final : public Transport {
         if (!pfds[i + 3].revents) continue;
         if (!ServeRequest(conns[i].get())) conns[i].reset();
       }
+      const size_t had = conns.size();
       std::erase_if(conns, [](const auto& c) { return c == nullptr; });
+      if (conns.size() < had) accept_resume.reset();  // a descriptor came free
     }
   }
 
