@@ -19,7 +19,7 @@
 
 namespace hixl::bootstrap {
 
-// Request frame: [u8 type][i32 from_rank][payload].
+// Request frame: [u8 type][i64 from][payload].
 // Reply frame:   [i32 code][payload, or the error message when code != 0].
 //
 // The thread owns every socket.  Other threads hand it listeners to add and
@@ -39,6 +39,7 @@ struct ControlServer::Impl {
     std::unique_ptr<auth::ServerHandshake> hs;  // until it has authenticated
     std::string peer;                           // its address, for log lines
     uint16_t port = 0;                          // the listener's, for log lines
+    std::optional<int64_t> from;                // bound by its first request
   };
 
   auth::MaybeSecret secret;  // set before the thread starts
@@ -117,7 +118,7 @@ struct ControlServer::Impl {
         for (auto& l : listeners) {
           if (l.id == conns[i].listener) h = &l.handler;
         }
-        if (!h || !Serve(conns[i].fd.get(), *h)) dead.push_back(i);
+        if (!h || !Serve(conns[i], conns, *h)) dead.push_back(i);
       }
       while (!dead.empty()) {  // from the back, so that the earlier indices stay right
         conns.erase(conns.begin() + static_cast<long>(dead.back()));
@@ -127,8 +128,12 @@ struct ControlServer::Impl {
         if (!(pfds[1 + i].revents & POLLIN)) continue;
         int fd = ::accept4(listeners[i].fd.get(), nullptr, nullptr, SOCK_CLOEXEC);
         if (fd < 0) continue;
-        Conn c{net::Fd(fd), listeners[i].id, std::make_unique<auth::ServerHandshake>(secret, auth::Kind::kControl),
-               auth::PeerName(fd), listeners[i].port};
+        Conn c{net::Fd(fd),
+               listeners[i].id,
+               std::make_unique<auth::ServerHandshake>(secret, auth::Kind::kControl),
+               auth::PeerName(fd),
+               listeners[i].port,
+               std::nullopt};
         if (c.hs->Start(fd) == auth::ServerHandshake::Step::kFailed) {
           HIXL_LOG_WARN("hixl control listener (port {}): refused {}: {}", c.port, c.peer, c.hs->error());
           continue;
@@ -156,8 +161,17 @@ struct ControlServer::Impl {
     return false;
   }
 
+  // Whether the peer has not closed the connection yet (its close may not
+  // have been served yet: a peer that reconnects is not refused for it).
+  static bool Live(int fd) {
+    char b = 0;
+    const ssize_t n = ::recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n > 0 || (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR));
+  }
+
   // Answers one request; false when the connection is finished.
-  static bool Serve(int fd, const ControlHandler& handler) {
+  static bool Serve(Conn& c, const std::vector<Conn>& conns, const ControlHandler& handler) {
+    const int fd = c.fd.get();
     // A peer sends a whole frame at once; bound the wait for its tail.
     auto req = net::RecvFrame(fd, net::DeadlineIn(5000), kMaxControlRequest);
     if (!req.ok()) {
@@ -170,15 +184,32 @@ struct ControlServer::Impl {
     }
     std::string_view p = req.value();
     net::Writer reply;
-    if (p.size() < 5) {
+    if (p.size() < 9) {
       HIXL_LOG_WARN("control server: dropping the connection from {}: a request of {} bytes, shorter than its header",
                     net::PeerAddress(fd), p.size());
       return false;
     } else {
       uint8_t type = static_cast<uint8_t>(p[0]);
-      int32_t from = 0;
-      std::memcpy(&from, p.data() + 1, 4);
-      Result<std::string> r = handler(from, type, p.substr(5));
+      int64_t from = 0;
+      std::memcpy(&from, p.data() + 1, 8);
+      // The connection is who its first request said; nobody else's id is
+      // taken while its holder is connected.
+      std::string refused;
+      if (c.from && *c.from != from) {
+        refused = fmt::format("this connection is bound to id {}, not {}", *c.from, from);
+      } else if (!c.from && from != -1) {
+        for (const Conn& o : conns) {
+          if (&o != &c && o.listener == c.listener && o.from == from && Live(o.fd.get())) {
+            refused = fmt::format("id {} is taken by a live connection", from);
+          }
+        }
+      }
+      if (!refused.empty()) {
+        HIXL_LOG_WARN("control server: dropping the connection from {}: {}", c.peer, refused);
+        return false;
+      }
+      c.from = from;
+      Result<std::string> r = handler(from, type, p.substr(9));
       if (r.ok()) {
         reply.Put<int32_t>(0).str().append(r.value());
       } else {
@@ -276,12 +307,17 @@ Status ControlClient::ConnectLocked(net::Deadline deadline, bool* reached) {
     return Err(auth.code() == Errc::kTimeout ? Errc::kTimeout : Errc::kPeerFailed, "{}", auth.message());
   }
   fd_ = std::move(fd.value());
+  answered_once_.store(true, std::memory_order_relaxed);
   return Status::Ok();
 }
 
 Result<std::string> ControlClient::Call(uint8_t type, std::string_view payload, int64_t timeout_ms) {
-  std::lock_guard lock(mu_);
   const auto deadline = net::DeadlineIn(timeout_ms);
+  std::unique_lock lock(mu_, std::defer_lock);
+  if (!lock.try_lock_until(deadline)) {
+    return Err(Errc::kTimeout, "{} did not answer within {} ms (another call to it was still waiting)", name_,
+               timeout_ms);
+  }
   bool reached = false;
   if (Status c = ConnectLocked(deadline, &reached); !c.ok()) {
     // Nobody accepted in time is a failed peer to a caller that was not
@@ -290,7 +326,7 @@ Result<std::string> ControlClient::Call(uint8_t type, std::string_view payload, 
     return Status(handshake_timeout ? Errc::kTimeout : Errc::kPeerFailed, c.message());
   }
   net::Writer req;
-  req.Put<uint8_t>(type).Put<int32_t>(my_rank_).str().append(payload);
+  req.Put<uint8_t>(type).Put<int64_t>(my_rank_).str().append(payload);
   Status s = net::SendFrame(fd_.get(), req.str(), deadline);
   Result<std::string> reply = s.ok() ? net::RecvFrame(fd_.get(), deadline, kMaxControlReply) : Result<std::string>(s);
   if (!reply.ok()) {
