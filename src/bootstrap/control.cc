@@ -44,12 +44,17 @@ Status ControlClient::ConnectLocked(net::Deadline deadline, bool* reached) {
     return Err(auth.code() == Errc::kTimeout ? Errc::kTimeout : Errc::kPeerFailed, "{}", auth.message());
   }
   fd_ = std::move(fd.value());
+  answered_once_.store(true, std::memory_order_relaxed);
   return Status::Ok();
 }
 
 Result<std::string> ControlClient::Call(uint8_t type, std::string_view payload, int64_t timeout_ms) {
-  std::lock_guard lock(mu_);
   const auto deadline = net::DeadlineIn(timeout_ms);
+  std::unique_lock lock(mu_, std::defer_lock);
+  if (!lock.try_lock_until(deadline)) {
+    return Err(Errc::kTimeout, "{} did not answer within {} ms (another call to it was still waiting)", name_,
+               timeout_ms);
+  }
   bool reached = false;
   if (Status c = ConnectLocked(deadline, &reached); !c.ok()) {
     // Nobody accepted in time is a failed peer to a caller that was not

@@ -8,6 +8,7 @@
 // connection per peer, by the calling thread.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -22,9 +23,14 @@ namespace hixl::bootstrap {
 
 // Runs on the process's event loop thread; the reply (or its error) goes
 // back to the caller.  `from` is the id the caller sent (its meaning is the
-// listener's front door's; a connection keeps the one of its first
-// request).  A handler must not block, least of all on a control request
-// of its own (the one thread serves every listener and the store).
+// listener's front door's: a world rank, an engine's random connection id;
+// -1 is anonymous).  The server binds each connection to the `from` of its
+// first request and refuses a later one naming another, and refuses a second
+// live connection claiming an id that another connection holds (except -1),
+// so a handler may take `from` as the connection's identity; whether that id
+// means anything is the handler's to check.  A handler must not block, least
+// of all on a control request of its own (the one thread serves every
+// listener and the store).
 using ControlHandler = std::function<Result<std::string>(int64_t from, uint8_t type, std::string_view payload)>;
 
 // The largest request frame a server reads and the largest reply frame a
@@ -69,17 +75,18 @@ class ControlServer {
 };
 
 // A connection to one peer's ControlServer, made on first use.  Thread-safe
-// (calls are serialized).  After a connection failure every call fails with
-// kPeerFailed.
+// (calls are serialized; a call's wait for its turn counts in its timeout).  After a connection failure every call
+// fails with kPeerFailed.
 class ControlClient {
  public:
   // The connection proves `secret` (base/auth.h) before its first request;
   // the server must have the same secret (or both none).
-  ControlClient(int my_rank, int peer_rank, std::string host, uint16_t port,
+  ControlClient(int64_t my_rank, int64_t peer_rank, std::string host, uint16_t port,
                 const auth::MaybeSecret& secret = std::nullopt)
       : ControlClient(my_rank, peer_rank, std::move(host), port, "rank " + std::to_string(peer_rank), secret) {}
   // `peer_name` names the peer in error messages ("rank 3", "engine 10.0.0.1:5000").
-  ControlClient(int my_rank, int peer_rank, std::string host, uint16_t port, std::string peer_name,
+  // `my_rank` is the `from` of every request (the id the peer knows us by).
+  ControlClient(int64_t my_rank, int64_t peer_rank, std::string host, uint16_t port, std::string peer_name,
                 const auth::MaybeSecret& secret = std::nullopt)
       : my_rank_(my_rank),
         peer_(peer_rank),
@@ -96,20 +103,26 @@ class ControlClient {
   // the reply did not come in time); either way later calls fail at once.
   Result<std::string> Call(uint8_t type, std::string_view payload, int64_t timeout_ms);
   void Close();
+  // Whether a connection to the peer was ever made and authenticated: a
+  // peer whose address never answered is told apart from a slow one.
+  bool answered_once() const { return answered_once_.load(std::memory_order_relaxed); }
 
  private:
   // mu_ held; *reached (may be null): the TCP connection was made (a
   // failure after it is the handshake's).
   Status ConnectLocked(net::Deadline deadline, bool* reached);
-  const int my_rank_;
-  const int peer_;
+  const int64_t my_rank_;
+  const int64_t peer_;
   const std::string host_;
   const uint16_t port_;
   const std::string name_;
   const auth::MaybeSecret secret_;
-  std::mutex mu_;
+  // Timed: a call waiting behind another (on a peer that does not answer)
+  // still ends by its own deadline.
+  std::timed_mutex mu_;
   net::Fd fd_;
   bool failed_ = false;
+  std::atomic<bool> answered_once_{false};
 };
 
 }  // namespace hixl::bootstrap

@@ -72,7 +72,7 @@ std::optional<NamedNotify> DecodeNamedNotify(std::string_view payload) {
 
 std::string Encode(const Hello& m) {
   net::Writer w;
-  w.Put(m.uuid).PutBytes(m.name).PutBytes(m.callback_host).Put<uint16_t>(m.callback_port).Put<int32_t>(m.id_for_server);
+  w.Put(m.uuid).PutBytes(m.name).PutBytes(m.callback_host).Put<uint16_t>(m.callback_port).Put<int64_t>(m.id_for_server);
   return std::move(w.str());
 }
 
@@ -88,7 +88,7 @@ std::optional<Hello> DecodeHello(std::string_view payload) {
 
 std::string Encode(const HelloReply& m) {
   net::Writer w;
-  w.Put(m.uuid).Put<int32_t>(m.id_for_client);
+  w.Put(m.uuid).Put<int64_t>(m.id_for_client);
   PutAddresses(w, m.addresses);
   return std::move(w.str());
 }

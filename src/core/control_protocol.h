@@ -90,14 +90,14 @@ struct Hello {
   std::string name;   // the client's engine address, as it was initialized
   std::string callback_host;
   uint16_t callback_port = 0;
-  int32_t id_for_server = -1;  // the client's id for the server (the `from` of calls back)
+  int64_t id_for_server = -1;  // the client's id for the server (the `from` of calls back; random)
 };
 std::string Encode(const Hello& m);
 std::optional<Hello> DecodeHello(std::string_view payload);
 
 struct HelloReply {
   uint64_t uuid = 0;
-  int32_t id_for_client = -1;  // the server's id for the client (the `from` of its requests)
+  int64_t id_for_client = -1;  // the server's id for the client (the `from` of its requests; random)
   PublishedAddresses addresses;
 };
 std::string Encode(const HelloReply& m);

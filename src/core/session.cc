@@ -1,7 +1,9 @@
 #include "core/session.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <thread>
 #include <utility>
 
 #include "base/log.h"
@@ -63,6 +65,44 @@ Status PeerSession::TakeDeferred() {
   std::lock_guard lock(deferred_mu_);
   has_deferred_.store(false, std::memory_order_relaxed);
   return std::exchange(deferred_, Status::Ok());
+}
+
+// ---------------------------------------------------------------- fan-out
+
+std::vector<Result<std::string>> CallEach(const std::vector<FanoutCall>& calls, int64_t timeout_ms) {
+  std::vector<Result<std::string>> out(calls.size(), Result<std::string>(Status(Errc::kInternal, "not called")));
+  if (calls.empty()) return out;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  std::atomic<size_t> next{0};
+  // Each thread takes the next call and gives it what is left of the one
+  // deadline: a peer that never answers holds one thread until then, and
+  // the calls whose turn comes later are not made at all.
+  auto work = [&] {
+    for (size_t i = next.fetch_add(1); i < calls.size(); i = next.fetch_add(1)) {
+      const int64_t left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
+      if (left <= 0) {
+        out[i] = Err(Errc::kTimeout, "not asked: the {} ms bound was spent waiting on other peers", timeout_ms);
+        continue;
+      }
+      out[i] = calls[i].client ? calls[i].client->Call(calls[i].type, calls[i].payload, left)
+                               : Result<std::string>(Err(Errc::kInternal, "no control connection"));
+    }
+  };
+  const size_t n = std::min(calls.size(), kMaxFanoutThreads);
+  std::vector<std::thread> threads;
+  threads.reserve(n - 1);
+  for (size_t t = 1; t < n; ++t) threads.emplace_back(work);
+  work();
+  for (auto& t : threads) t.join();
+  return out;
+}
+
+std::string NameSome(const std::vector<std::string>& names, size_t most) {
+  std::string s;
+  for (size_t i = 0; i < names.size() && i < most; ++i) s += (i ? ", " : "") + names[i];
+  if (names.size() > most) s += fmt::format(" (and {} more)", names.size() - most);
+  return s;
 }
 
 // ---------------------------------------------------------------- Session
@@ -158,7 +198,7 @@ Status Session::Listen(const std::string& host, uint16_t port, Delegate* delegat
   if (server_) return Err(Errc::kInternal, "this front door listens already (on port {})", port_);
   delegate_ = delegate;
   HIXL_ASSIGN_OR_RETURN(bootstrap::ControlServer * server, node_->Control());
-  auto serve = [this](int from, uint8_t type, std::string_view p) { return Serve(from, type, p); };
+  auto serve = [this](int64_t from, uint8_t type, std::string_view p) { return Serve(from, type, p); };
   HIXL_ASSIGN_OR_RETURN(bootstrap::ControlServer::Listener l, server->AddListener(host, port, serve));
   server_ = server;
   listener_ = l.id;
@@ -168,7 +208,7 @@ Status Session::Listen(const std::string& host, uint16_t port, Delegate* delegat
 
 uint16_t Session::port() const { return server_ ? port_ : 0; }
 
-Result<std::string> Session::Serve(int from, uint8_t type, std::string_view payload) {
+Result<std::string> Session::Serve(int64_t from, uint8_t type, std::string_view payload) {
   switch (static_cast<ControlMsg>(type)) {
     case ControlMsg::kFetchTable: {
       HIXL_ASSIGN_OR_RETURN(Subscriber sub, delegate_->SubscriberFor(from));
@@ -211,34 +251,54 @@ Status Session::RemoveRegion(uint64_t base, bool heap, std::optional<LocalRegist
   HIXL_RETURN_IF_ERROR(registry_.Remove(base, heap, &gone));
   if (!gone) return Status::Ok();  // references remain
   const Invalidation inv{registry_.generation(), base, gone->desc.len};
-  Status dead;    // the first subscriber found gone
-  Status silent;  // the first that did not acknowledge
+  const int64_t bound = opts_.node.timeout_ms;
+  Status self_silent;
   if (self_peer_) {
     self_peer_->table().Invalidate(inv.generation, inv.base, inv.len);
-    silent = self_peer_->Quiesce(opts_.node.timeout_ms);
+    self_silent = self_peer_->Quiesce(bound);
   }
   // Every peer that holds a copy of our table forgets the region, and
-  // finishes its transfers into it, before it answers.  Copied out: our own
-  // control thread (a connection to ourselves) may need the lock to answer.
-  std::vector<std::pair<int, Subscriber>> subs;
+  // finishes its transfers into it, before it answers; all are asked at
+  // once, so that a crowd of silent ones cannot stretch this past the
+  // bound.  Copied out: our own control thread (a connection to ourselves)
+  // may need the lock to answer.
+  std::vector<std::pair<int64_t, Subscriber>> subs;
   {
     std::lock_guard lock(subscribers_mu_);
     for (auto& [from, s] : subscribers_) subs.emplace_back(from, s);
   }
+  std::vector<FanoutCall> calls;
+  calls.reserve(subs.size());
   const std::string payload = Encode(inv);
-  for (const auto& [from, s] : subs) {
-    auto r = s.client->Call(Wire(ControlMsg::kInvalidate), payload, opts_.node.timeout_ms);
-    if (r.ok()) continue;
-    if (r.status().code() == Errc::kPeerFailed) {
-      // A peer that is gone reaches nothing any more: done with it.
-      HIXL_LOG_WARN("{} is gone; it no longer holds region [{:#x}, +{}): {}", s.who, base, inv.len,
-                    r.status().message());
-      Unsubscribe(from);
-      if (dead.ok()) dead = Err(Errc::kPeerFailed, "{} is gone ({})", s.who, r.status().message());
-    } else if (silent.ok()) {
-      silent = Err(r.status().code(), "{} did not acknowledge within {} ms that it no longer accesses it: {}", s.who,
-                   opts_.node.timeout_ms, r.status().message());
+  for (const auto& [from, s] : subs) calls.push_back({s.client, Wire(ControlMsg::kInvalidate), payload});
+  const std::vector<Result<std::string>> answers = CallEach(calls, bound);
+  std::vector<std::string> dead, silent, dropped;  // who, for the messages
+  Status first_silent;                             // the first silent one's error, for its code
+  for (size_t i = 0; i < subs.size(); ++i) {
+    if (answers[i].ok()) continue;
+    const Status& e = answers[i].status();
+    const std::string& who = subs[i].second.who;
+    // A peer that is gone, or whose address never answered at all (an
+    // address anyone may have given), is dropped: no later deregistration
+    // waits on it again.  One that did answer once stays: it may be slow,
+    // and it still holds our table, so it must hear of later removals.
+    const bool drop =
+        e.code() == Errc::kPeerFailed || !subs[i].second.client || !subs[i].second.client->answered_once();
+    if (drop) {
+      Unsubscribe(subs[i].first);
+      dropped.push_back(who);
     }
+    if (e.code() == Errc::kPeerFailed) {
+      dead.push_back(who);
+    } else {
+      if (first_silent.ok()) first_silent = Err(e.code(), "{}: {}", who, e.message());
+      silent.push_back(who);
+    }
+  }
+  if (!silent.empty() || !dropped.empty()) {  // one line, however many
+    HIXL_LOG_WARN("region [{:#x}, +{}): {} of {} peers did not acknowledge its removal ({}); dropped: {}", base,
+                  inv.len, silent.size() + dead.size(), subs.size(),
+                  first_silent.ok() ? "gone" : first_silent.message(), dropped.empty() ? "none" : NameSome(dropped));
   }
   // The transports' registration (UCX memory handle, the node's range that
   // the relay checks) goes only after the answers: a late relayed or UCX
@@ -246,14 +306,25 @@ Status Session::RemoveRegion(uint64_t base, bool heap, std::optional<LocalRegist
   node_->Release(gone->desc, gone->heap);
   if (removed) *removed = std::move(gone);
   const std::string what = fmt::format("region [{:#x}, +{}) is deregistered here, but", base, inv.len);
-  if (!silent.ok()) {
-    return Err(silent.code(), "{} {}; that peer may still reach the memory", what, silent.message());
+  if (!self_silent.ok()) {
+    return Err(self_silent.code(), "{} {}; this process may still reach the memory", what, self_silent.message());
   }
-  if (!dead.ok()) return Err(Errc::kPeerFailed, "{} {}; every other peer acknowledged", what, dead.message());
+  if (!silent.empty()) {
+    return Err(first_silent.code(),
+               "{} {} of {} peers did not acknowledge within {} ms that they no longer access it, and may still "
+               "reach the memory: {}{}; first error: {}",
+               what, silent.size(), subs.size(), bound, NameSome(silent),
+               dead.empty() ? "" : fmt::format("; {} are gone: {}", dead.size(), NameSome(dead)),
+               first_silent.message());
+  }
+  if (!dead.empty()) {
+    return Err(Errc::kPeerFailed, "{} {} of {} peers are gone (dropped): {}; every other peer acknowledged", what,
+               dead.size(), subs.size(), NameSome(dead));
+  }
   return Status::Ok();
 }
 
-void Session::Unsubscribe(int from) {
+void Session::Unsubscribe(int64_t from) {
   std::lock_guard lock(subscribers_mu_);
   subscribers_.erase(from);
 }

@@ -93,6 +93,22 @@ class PeerSession {
   Status deferred_;
 };
 
+// One control request to each of many peers at once, all bounded by one
+// deadline, timeout_ms from now: the total wait is the timeout's however
+// many peers there are and however many never answer (a bounded number of
+// threads make the calls; a call whose turn comes after the deadline is not
+// made, and is kTimeout).  The result is each call's, in order.
+struct FanoutCall {
+  std::shared_ptr<bootstrap::ControlClient> client;
+  uint8_t type = 0;
+  std::string payload;
+};
+std::vector<Result<std::string>> CallEach(const std::vector<FanoutCall>& calls, int64_t timeout_ms);
+inline constexpr size_t kMaxFanoutThreads = 32;
+
+// "a, b, c (and 7 more)": names for a message, at most `most` of them.
+std::string NameSome(const std::vector<std::string>& names, size_t most = 8);
+
 class Session final {
  public:
   struct Options {
@@ -115,19 +131,21 @@ class Session final {
   };
 
   // What the session asks of its front door while serving a request from
-  // `from` (the id the requester sent).  Called on the control thread.
+  // `from` (the id the requester's connection is bound to: see
+  // bootstrap::ControlHandler).  Called on the control thread.  Each must
+  // refuse an id that names none of the door's peers.
   class Delegate {
    public:
     virtual ~Delegate() = default;
     // kFetchTable: who `from` is; an error refuses the request.
-    virtual Result<Subscriber> SubscriberFor(int from) = 0;
+    virtual Result<Subscriber> SubscriberFor(int64_t from) = 0;
     // kInvalidate: the peer whose table `from` invalidates (nullptr: none
     // any more; the request is acknowledged and ignored).
-    virtual Result<std::shared_ptr<PeerSession>> PeerFor(int from) = 0;
+    virtual Result<std::shared_ptr<PeerSession>> PeerFor(int64_t from) = 0;
     // kNotify: queue the payload (kQueueFull when full).
-    virtual Status Notified(int from, std::string_view payload) = 0;
+    virtual Status Notified(int64_t from, std::string_view payload) = 0;
     // Every other message type.
-    virtual Result<std::string> Other(int from, uint8_t type, std::string_view payload) = 0;
+    virtual Result<std::string> Other(int64_t from, uint8_t type, std::string_view payload) = 0;
   };
 
   // Attaches to the process's node for these options (Node::Attach), which
@@ -189,13 +207,16 @@ class Session final {
   // (if given) receives it.  The region is gone from the table whatever the
   // answers; the result says whether every peer answered:
   //  * OK: no peer's transfer touches the region after this returns;
-  //  * kPeerFailed: some subscriber is gone (named; it is dropped, and can
+  //  * kPeerFailed: some subscribers are gone (named; dropped, and they can
   //    no longer reach the region), every other one answered;
-  //  * kTimeout (or the peer's error): a subscriber did not answer in time,
-  //    and may still reach the memory (named).  *removed is set still.
-  // Blocks on the subscribers' answers.
+  //  * kTimeout (or the peer's error): some subscribers did not answer in
+  //    time, and may still reach the memory (named).  Those whose address
+  //    never answered at all are dropped, so that no later deregistration
+  //    waits on them again.  *removed is set still.
+  // The subscribers are asked at once (CallEach): the whole wait is bounded
+  // by one timeout, however many there are.
   Status RemoveRegion(uint64_t base, bool heap, std::optional<LocalRegistry::Region>* removed = nullptr);
-  void Unsubscribe(int from);
+  void Unsubscribe(int64_t from);
   // Releases every region of this door (at teardown).
   void ReleaseAllRegions();
 
@@ -206,7 +227,7 @@ class Session final {
 
  private:
   Session(const Options& options, std::shared_ptr<Node> node) : opts_(options), node_(std::move(node)) {}
-  Result<std::string> Serve(int from, uint8_t type, std::string_view payload);
+  Result<std::string> Serve(int64_t from, uint8_t type, std::string_view payload);
 
   const Options opts_;
   const std::shared_ptr<Node> node_;
@@ -217,7 +238,7 @@ class Session final {
   int listener_ = 0;
   uint16_t port_ = 0;
   std::mutex subscribers_mu_;
-  std::map<int, Subscriber> subscribers_;  // by the id they send
+  std::map<int64_t, Subscriber> subscribers_;  // by the id their connection is bound to
   std::mutex ids_mu_;
   std::vector<int> ids_;  // peer ids taken from the node
   bool shut_down_ = false;

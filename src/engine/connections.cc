@@ -66,16 +66,36 @@ void Engine::Impl::Teardown() {
     cs.swap(conns);
     conns_by_id.clear();
   }
-  const int64_t quick = std::min<int64_t>(cfg.timeout_ms, 2000);
-  for (auto& [name, c] : cs) {
-    if (c && !c->broken) (void)c->peer->Call(ControlMsg::kBye, {}, quick);
-  }
-  std::map<int32_t, Client> cl;
+  std::map<int64_t, Client> cl;
   {
     std::lock_guard lock(clients_mu);
     cl.swap(clients);
   }
-  for (auto& [id, c] : cl) (void)c.callback->Call(core::Wire(ControlMsg::kGone), {}, quick);
+  // Every goodbye at once, under one short bound: however many clients
+  // there are (at most kMaxClients), and whether or not their callback
+  // addresses answer, Finalize waits `quick` for them in all.
+  const int64_t quick = std::min<int64_t>(cfg.timeout_ms, 2000);
+  std::vector<core::FanoutCall> calls;
+  std::vector<std::string> whom;
+  for (auto& [name, c] : cs) {
+    if (c && !c->broken) {
+      calls.push_back({c->peer->control(), core::Wire(ControlMsg::kBye), {}});
+      whom.push_back("engine " + name);
+    }
+  }
+  for (auto& [id, c] : cl) {
+    calls.push_back({c.callback, core::Wire(ControlMsg::kGone), {}});
+    whom.push_back("engine " + c.name);
+  }
+  const auto answers = core::CallEach(calls, quick);
+  std::vector<std::string> silent;
+  for (size_t i = 0; i < answers.size(); ++i) {
+    if (!answers[i].ok()) silent.push_back(whom[i]);
+  }
+  if (!silent.empty()) {
+    HIXL_LOG_INFO("engine {}: finalized; {} of {} engines did not hear its goodbye within {} ms: {}", local_name,
+                  silent.size(), calls.size(), quick, core::NameSome(silent));
+  }
   if (session) {
     session->Shutdown();
     session->ReleaseAllRegions();
@@ -85,20 +105,40 @@ void Engine::Impl::Teardown() {
 
 // ------------------------------------------------------- control requests
 
-Result<core::Session::Subscriber> Engine::Impl::SubscriberFor(int from) {
-  std::lock_guard lock(clients_mu);
-  auto it = clients.find(from);
-  if (it == clients.end())
+// Every request but a hello names its sender by the id we gave it (a
+// client's) or it gave us (a connection's); one naming neither is refused
+// before anything is done.  Its connection is bound to that id already
+// (bootstrap::ControlHandler), so the log names the id.
+
+bool Engine::Impl::KnownClient(int64_t from, const char* what) {
+  {
+    std::lock_guard lock(clients_mu);
+    if (clients.count(from)) return true;
+  }
+  HIXL_LOG_WARN("engine {}: refused a {} request from id {}, which is none of its clients", local_name, what, from);
+  return false;
+}
+
+Result<core::Session::Subscriber> Engine::Impl::SubscriberFor(int64_t from) {
+  {
+    std::lock_guard lock(clients_mu);
+    auto it = clients.find(from);
+    if (it != clients.end()) return core::Session::Subscriber{"engine " + it->second.name, it->second.callback};
+  }
+  (void)KnownClient(from, "fetch-table");  // logs
+  return Err(Errc::kPeerFailed, "engine {} does not know this client (id {})", local_name, from);
+}
+
+Result<std::shared_ptr<core::PeerSession>> Engine::Impl::PeerFor(int64_t from) {
+  if (auto c = ConnById(from)) return c->peer;
+  HIXL_LOG_WARN("engine {}: refused an invalidation from id {}, which is none of its connections", local_name, from);
+  return Err(Errc::kPeerFailed, "engine {} has no connection with id {}", local_name, from);
+}
+
+Status Engine::Impl::Notified(int64_t from, std::string_view payload) {
+  if (!KnownClient(from, "notify")) {
     return Err(Errc::kPeerFailed, "engine {} does not know this client (id {})", local_name, from);
-  return core::Session::Subscriber{"engine " + it->second.name, it->second.callback};
-}
-
-Result<std::shared_ptr<core::PeerSession>> Engine::Impl::PeerFor(int from) {
-  auto c = ConnById(from);
-  return c ? c->peer : nullptr;
-}
-
-Status Engine::Impl::Notified(int from, std::string_view payload) {
+  }
   auto m = core::DecodeNamedNotify(payload);
   if (!m) {
     HIXL_LOG_WARN("engine {}: refused a malformed notification of {} bytes from connection {} (name + msg at most {})",
@@ -116,26 +156,37 @@ Status Engine::Impl::Notified(int from, std::string_view payload) {
   return Status::Ok();
 }
 
-Result<std::string> Engine::Impl::Other(int from, uint8_t type, std::string_view payload) {
+Result<std::string> Engine::Impl::Other(int64_t from, uint8_t type, std::string_view payload) {
   switch (static_cast<ControlMsg>(type)) {
     case ControlMsg::kHello: return Hello(payload);
     case ControlMsg::kBye: {
+      size_t erased = 0;
       {
         std::lock_guard lock(clients_mu);
-        clients.erase(from);
+        erased = clients.erase(from);
+      }
+      if (!erased) {
+        (void)KnownClient(from, "goodbye");  // logs
+        return Err(Errc::kPeerFailed, "engine {} does not know this client (id {})", local_name, from);
       }
       if (session) session->Unsubscribe(from);
       return std::string();
     }
     case ControlMsg::kGone: {
-      if (auto c = ConnById(from)) c->Break("it was finalized");
+      auto c = ConnById(from);
+      if (!c) {
+        HIXL_LOG_WARN("engine {}: refused a gone request from id {}, which is none of its connections", local_name,
+                      from);
+        return Err(Errc::kPeerFailed, "engine {} has no connection with id {}", local_name, from);
+      }
+      c->Break("it was finalized");
       return std::string();
     }
     default: return Err(Errc::kInvalidArg, "unknown control request {}", type);
   }
 }
 
-std::shared_ptr<Engine::Impl::Conn> Engine::Impl::ConnById(int id) {
+std::shared_ptr<Engine::Impl::Conn> Engine::Impl::ConnById(int64_t id) {
   std::lock_guard lock(conns_mu);
   auto it = conns_by_id.find(id);
   return it == conns_by_id.end() ? nullptr : it->second;
@@ -145,7 +196,13 @@ Result<std::string> Engine::Impl::Hello(std::string_view payload) {
   auto h = core::DecodeHello(payload);
   if (!h) return Err(Errc::kInvalidArg, "malformed hello");
   std::lock_guard lock(clients_mu);
-  const int32_t id = next_client_id++;
+  if (clients.size() >= kMaxClients) {
+    HIXL_LOG_WARN("engine {}: refused a hello from {}: it has {} clients already (at most {})", local_name, h->name,
+                  clients.size(), kMaxClients);
+    return Err(Errc::kQueueFull, "engine {} has {} clients already (at most {})", local_name, clients.size(),
+               kMaxClients);
+  }
+  const int64_t id = engine::NewConnectionId();
   Client c;
   c.name = h->name;
   c.callback = std::make_shared<bootstrap::ControlClient>(h->id_for_server, id, h->callback_host, h->callback_port,
@@ -199,7 +256,7 @@ Status Engine::Impl::Connect(const std::string& remote, int32_t timeout_ms) {
                remote);
   }
   if (timeout_ms <= 0) return Err(Errc::kInvalidArg, "Engine::Connect: timeout_ms {} must be > 0", timeout_ms);
-  int id = 0;
+  const int64_t id = engine::NewConnectionId();
   {
     std::lock_guard lock(conns_mu);
     if (auto it = conns.find(remote); it != conns.end()) {
@@ -207,7 +264,6 @@ Status Engine::Impl::Connect(const std::string& remote, int32_t timeout_ms) {
                                                          it->second ? "" : " (a connection is being made)"));
     }
     conns.emplace(remote, nullptr);  // reserved while we connect
-    id = next_conn_id++;
   }
   auto c = std::make_shared<Conn>();
   Status s = Dial(remote, hp, id, timeout_ms, c.get());
@@ -221,7 +277,8 @@ Status Engine::Impl::Connect(const std::string& remote, int32_t timeout_ms) {
   return Status::Ok();
 }
 
-Status Engine::Impl::Dial(const std::string& remote, const engine::HostPort& hp, int id, int32_t timeout_ms, Conn* c) {
+Status Engine::Impl::Dial(const std::string& remote, const engine::HostPort& hp, int64_t id, int32_t timeout_ms,
+                          Conn* c) {
   const std::string who = "engine " + remote;
   core::Hello hello;
   hello.uuid = uuid;

@@ -4,11 +4,20 @@
 //
 // Connections are one-way: the engine that calls Connect (the client) may
 // read and write the other's (the server's) registered memory; the server
-// takes no part.  Each side numbers its peers itself:
-//  * the client gives each connection an id (counting up from 1, never
-//    reused) that the server sends as `from` in its calls back;
+// takes no part.  Each side names its peers itself, with ids that nobody
+// can guess (engine::NewConnectionId: random 64-bit, never -1, never reused
+// in the process):
+//  * the client gives each connection an id that the server sends as
+//    `from` in its calls back;
 //  * the server gives each client an id that the client sends as `from` in
-//    every control request;
+//    every control request after its hello (which is anonymous, -1).
+// The control server binds a connection to the `from` of its first request
+// (bootstrap::ControlHandler), and every handler here refuses an id that
+// names none of this engine's clients or connections: an engine cannot act
+// in another's name without its id, which only the two ends know.  At most
+// kMaxClients engines are clients of one engine at a time (a flood of
+// hellos is refused beyond), and calls to them (invalidations, the goodbye
+// at Finalize) are made at once under one bound (core::CallEach).
 //  * the transports' peer id of a connection comes from the process's node
 //    (core/node.h), which every engine and the world share: an engine of
 //    this process (itself, or another on the same node) is the node's self
@@ -68,6 +77,11 @@ Result<bootstrap::SharedOptions> ParseOptions(const std::map<std::string, std::s
 // A random id that tells this engine apart from others (and from itself).
 uint64_t RandomId();
 
+// An id for a connection or a client: unpredictable (a permutation of a
+// counter keyed from libsodium's CSPRNG), never -1 (anonymous), never
+// returned twice in the process.  Thread-safe.
+int64_t NewConnectionId();
+
 }  // namespace engine
 
 struct Engine::Impl final : private core::Session::Delegate {
@@ -76,8 +90,8 @@ struct Engine::Impl final : private core::Session::Delegate {
   // A connection to an engine we connected to.
   struct Conn {
     std::string name;  // as the user wrote it
-    int id = -1;       // how it names us in calls back (conns_by_id); peer->id() is the transports' id
-    int32_t our_id_there = -1;
+    int64_t id = -1;   // how it names us in calls back (conns_by_id); peer->id() is the transports' id
+    int64_t our_id_there = -1;
     std::shared_ptr<core::PeerSession> peer;  // its transport, control client and region table
     bool owns_peer_id = false;                // peer->id() was taken for it (not the node's self id)
     // Held while the transport lets go of the peer; `released` once
@@ -134,12 +148,14 @@ struct Engine::Impl final : private core::Session::Delegate {
 
   std::mutex conns_mu;
   std::map<std::string, std::shared_ptr<Conn>> conns;  // by name; nullptr while connecting
-  std::unordered_map<int, std::shared_ptr<Conn>> conns_by_id;
-  int next_conn_id = 1;
+  std::unordered_map<int64_t, std::shared_ptr<Conn>> conns_by_id;
 
   std::mutex clients_mu;
-  std::map<int32_t, Client> clients;
-  int32_t next_client_id = 1;
+  std::map<int64_t, Client> clients;
+  // The most engines connected to this one at a time; a hello beyond is
+  // refused (kQueueFull), so that hellos cannot grow the table, or the
+  // goodbyes of Finalize, without bound.
+  static constexpr size_t kMaxClients = 4096;
 
   core::NotifyQueue<NotifyDesc> notifies;  // closed by Finalize, which wakes WaitNotifies
 
@@ -177,15 +193,17 @@ struct Engine::Impl final : private core::Session::Delegate {
 
  private:
   // core::Session::Delegate (connections.cc)
-  Result<core::Session::Subscriber> SubscriberFor(int from) override;
-  Result<std::shared_ptr<core::PeerSession>> PeerFor(int from) override;
-  Status Notified(int from, std::string_view payload) override;
-  Result<std::string> Other(int from, uint8_t type, std::string_view payload) override;
+  Result<core::Session::Subscriber> SubscriberFor(int64_t from) override;
+  Result<std::shared_ptr<core::PeerSession>> PeerFor(int64_t from) override;
+  Status Notified(int64_t from, std::string_view payload) override;
+  Result<std::string> Other(int64_t from, uint8_t type, std::string_view payload) override;
 
   Result<std::string> Hello(std::string_view payload);
-  std::shared_ptr<Conn> ConnById(int id);
+  std::shared_ptr<Conn> ConnById(int64_t id);
+  // Whether `from` is one of our clients; logs a refusal when not.
+  bool KnownClient(int64_t from, const char* what);
   // Says hello to the engine at hp and prepares a transport to it.
-  Status Dial(const std::string& remote, const engine::HostPort& hp, int id, int32_t timeout_ms, Conn* c);
+  Status Dial(const std::string& remote, const engine::HostPort& hp, int64_t id, int32_t timeout_ms, Conn* c);
 
   // transfers.cc: checks the whole batch, then moves it; bounded by
   // deadline; `stop` (may be null) ends it early.

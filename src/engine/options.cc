@@ -1,7 +1,11 @@
 // The engine's address strings and options.
+#include <sodium.h>
+
 #include <algorithm>
 #include <charconv>
 #include <cstdlib>
+#include <cstring>
+#include <mutex>
 #include <random>
 
 #include <unistd.h>
@@ -113,6 +117,39 @@ Result<bootstrap::SharedOptions> ParseOptions(const std::map<std::string, std::s
 uint64_t RandomId() {
   std::random_device rd;
   return (static_cast<uint64_t>(rd()) << 32) ^ rd() ^ static_cast<uint64_t>(::getpid());
+}
+
+int64_t NewConnectionId() {
+  // A 4-round Feistel network over 64 bits, its round function SipHash
+  // (crypto_shorthash) under keys drawn once: a bijection, so the counter
+  // never gives an id twice, and without the keys one id tells nothing of
+  // another.
+  static std::mutex mu;
+  static uint64_t counter = 0;
+  static unsigned char keys[4][crypto_shorthash_KEYBYTES];
+  static bool keyed = false;
+  std::lock_guard lock(mu);
+  if (!keyed) {
+    if (::sodium_init() < 0) std::abort();  // no CSPRNG: nothing here can be made safe
+    ::randombytes_buf(keys, sizeof(keys));
+    keyed = true;
+  }
+  while (true) {
+    const uint64_t x = counter++;
+    uint32_t l = static_cast<uint32_t>(x >> 32), r = static_cast<uint32_t>(x);
+    for (const auto& key : keys) {
+      unsigned char in[4], out[crypto_shorthash_BYTES];
+      std::memcpy(in, &r, sizeof(in));
+      ::crypto_shorthash(out, in, sizeof(in), key);
+      uint32_t f = 0;
+      std::memcpy(&f, out, sizeof(f));
+      const uint32_t next = l ^ f;
+      l = r;
+      r = next;
+    }
+    const int64_t id = static_cast<int64_t>((static_cast<uint64_t>(l) << 32) | r);
+    if (id != -1) return id;
+  }
 }
 
 }  // namespace hixl::engine

@@ -322,26 +322,27 @@ Status WorldImpl::NotRegistered(const char* op, int peer, uint64_t addr, size_t 
 
 // ----------------------------------------------------- control requests
 
-Status WorldImpl::CheckFrom(int from) const {
+Status WorldImpl::CheckFrom(int64_t from) const {
   if (from < 0 || from >= size() || from == rank()) {
     return Err(Errc::kInvalidRank, "control request from unknown rank {}", from);
   }
   return Status::Ok();
 }
 
-Result<Session::Subscriber> WorldImpl::SubscriberFor(int from) {
-  HIXL_RETURN_IF_ERROR(CheckFrom(from));
+Result<Session::Subscriber> WorldImpl::SubscriberFor(int64_t from64) {
+  HIXL_RETURN_IF_ERROR(CheckFrom(from64));
+  const int from = static_cast<int>(from64);  // a rank: CheckFrom bounded it
   // Peers ask only after the barrier that ends ConnectPeers; this guards against a peer that does not.
   if (!peers_[static_cast<size_t>(from)]) return Err(Errc::kInvalidRank, "rank {} has not joined yet", from);
   return Session::Subscriber{peer(from).who(), peer(from).control()};
 }
 
-Result<std::shared_ptr<PeerSession>> WorldImpl::PeerFor(int from) {
+Result<std::shared_ptr<PeerSession>> WorldImpl::PeerFor(int64_t from) {
   HIXL_RETURN_IF_ERROR(CheckFrom(from));
   return peers_[static_cast<size_t>(from)];
 }
 
-Status WorldImpl::Notified(int from, std::string_view payload) {
+Status WorldImpl::Notified(int64_t from, std::string_view payload) {
   HIXL_RETURN_IF_ERROR(CheckFrom(from));
   // hixl_notify sends at most HIXL_NOTIFY_MAX_BYTES; a longer one would not
   // fit the receiver's hixl_notification_t.  Refused, never queued.
@@ -351,10 +352,10 @@ Status WorldImpl::Notified(int from, std::string_view payload) {
     return Err(Errc::kInvalidArg, "a notification of {} bytes is longer than HIXL_NOTIFY_MAX_BYTES ({})",
                payload.size(), HIXL_NOTIFY_MAX_BYTES);
   }
-  return EnqueueNotification(from, std::string(payload));
+  return EnqueueNotification(static_cast<int>(from), std::string(payload));
 }
 
-Result<std::string> WorldImpl::Other(int from, uint8_t type, std::string_view payload) {
+Result<std::string> WorldImpl::Other(int64_t from, uint8_t type, std::string_view payload) {
   (void)payload;
   HIXL_RETURN_IF_ERROR(CheckFrom(from));
   return Err(Errc::kInvalidArg, "unknown control request {}", type);

@@ -85,11 +85,11 @@ class WorldImpl final : private Session::Delegate {
   PeerSession& peer(int r) const { return *peers_[static_cast<size_t>(r)]; }
 
   // Session::Delegate: control requests from rank `from`.
-  Result<Session::Subscriber> SubscriberFor(int from) override;
-  Result<std::shared_ptr<PeerSession>> PeerFor(int from) override;
-  Status Notified(int from, std::string_view payload) override;
-  Result<std::string> Other(int from, uint8_t type, std::string_view payload) override;
-  Status CheckFrom(int from) const;
+  Result<Session::Subscriber> SubscriberFor(int64_t from) override;
+  Result<std::shared_ptr<PeerSession>> PeerFor(int64_t from) override;
+  Status Notified(int64_t from, std::string_view payload) override;
+  Result<std::string> Other(int64_t from, uint8_t type, std::string_view payload) override;
+  Status CheckFrom(int64_t from) const;
 
   bootstrap::Config cfg_;
   std::unique_ptr<bootstrap::TcpStoreServer> store_server_;

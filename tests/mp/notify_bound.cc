@@ -69,6 +69,9 @@ int main() {
     if (!secret.ok()) return Fail(secret.status().ToString().c_str());
     hixl::bootstrap::ControlClient forger(1, 0, "127.0.0.1", ports[0], secret.value());
     auto r = forger.Call(hixl::core::Wire(hixl::core::ControlMsg::kNotify), std::string(20000, 'x'), 30000);
+    // The connection holds the id 1 while it is open (the control server
+    // refuses a second live one): the rank's own connection comes next.
+    forger.Close();
     if (r.ok()) return Fail("a 20000-byte notification was accepted");
     if (r.status().code() != hixl::Errc::kInvalidArg) return Fail(r.status().ToString().c_str());
     if (r.status().message().find("HIXL_NOTIFY_MAX_BYTES") == std::string::npos) {

@@ -132,28 +132,28 @@ TEST(Session, PicksATransportByAddressKindCapabilityAndCanReach) {
 // endpoint (as an engine connected to itself).
 struct LoopDelegate : Session::Delegate {
   std::mutex mu;
-  std::map<int, Session::Subscriber> subscribers;
+  std::map<int64_t, Session::Subscriber> subscribers;
   std::shared_ptr<PeerSession> peer;
   std::vector<std::string> notes;
 
-  Result<Session::Subscriber> SubscriberFor(int from) override {
+  Result<Session::Subscriber> SubscriberFor(int64_t from) override {
     std::lock_guard lock(mu);
     auto it = subscribers.find(from);
     if (it == subscribers.end()) return Err(Errc::kInvalidRank, "unknown peer {}", from);
     return it->second;
   }
-  Result<std::shared_ptr<PeerSession>> PeerFor(int from) override {
+  Result<std::shared_ptr<PeerSession>> PeerFor(int64_t from) override {
     (void)from;
     std::lock_guard lock(mu);
     return peer;
   }
-  Status Notified(int from, std::string_view payload) override {
+  Status Notified(int64_t from, std::string_view payload) override {
     (void)from;
     std::lock_guard lock(mu);
     notes.emplace_back(payload);
     return Status::Ok();
   }
-  Result<std::string> Other(int from, uint8_t type, std::string_view payload) override {
+  Result<std::string> Other(int64_t from, uint8_t type, std::string_view payload) override {
     (void)from, (void)payload;
     return Err(Errc::kInvalidArg, "unknown control request {}", type);
   }
