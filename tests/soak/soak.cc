@@ -1,28 +1,33 @@
 // The chaos soak (issue 14): for HIXL_SOAK_SECONDS (default 180) it runs
-// rounds; each round starts kEngines engine processes over one transport
-// (shm with cross-memory attach, the shm relay, UCX where built; taken in
-// turn), lets them do random operations on each other for a few seconds,
-// and SIGKILLs one of them at a random moment.  The survivors check:
+// rounds; each round starts kEngines engine processes and kRanks world
+// ranks (torchrun-style variables, rank 0 holds the store) over one
+// transport (shm with cross-memory attach, the shm relay, UCX where built;
+// taken in turn), lets them do random operations on each other for a few
+// seconds, and SIGKILLs one of the processes at a random moment.  The
+// survivors check:
 //  * data: every write is read back and compared (each writer has its own
-//    slice of every region, with its own pattern);
+//    slice of every region, with its own pattern); every fetch-add returns
+//    the count of the adder's own earlier adds;
 //  * canaries: 64 bytes before and after every region (never registered)
-//    are checked after every operation, and a region's bytes are checked
-//    unchanged for a while after its DeregisterMem returned (never freed
-//    within the round, so that no later region takes its addresses and a
-//    stale address can only be refused);
+//    are checked after every operation, and an engine region's bytes are
+//    checked unchanged for a while after its DeregisterMem returned (never
+//    freed within the round, so that no later region takes its addresses
+//    and a stale address can only be refused);
 //  * bounds: every call returns within its timeout (plus slack for a
 //    loaded machine);
-//  * failures: PEER_FAILED / NOT_CONNECTED only from the killed engine;
-//  * leaks: descriptors and threads at the end of the round against the
-//    start (connect/disconnect cycles between).
+//  * failures: PEER_FAILED / NOT_CONNECTED only from the killed process;
+//  * leaks: descriptors and threads at the end of the round against those
+//    after a warm-up (hundreds of connect/disconnect cycles between).
 // A watchdog bounds every round; every process is killed and reaped.
-// Prints the seed (HIXL_SOAK_SEED replays it) and a summary: rounds,
-// operations per second per kind, faults injected.
+// Prints the seed (HIXL_SOAK_SEED replays the rounds' choices; timing
+// differs) and a summary: rounds, operations per second per kind for
+// engines and world, faults injected.
 //
-// Operations: put/get (sync), async put, notify, register, deregister
-// (then a quarantine), disconnect/connect, a put past a region's end
-// (must be refused), plus reading notifications.  The engine API has no
-// atomics; the world's are not exercised here (see the report).
+// Engine operations: put/get (sync), async put, notify, register,
+// deregister (then a quarantine), disconnect/connect, a put past a
+// region's end (must be refused), reading notifications.  World
+// operations: put, fence, get, fence; fetch-add; notify; register and
+// deregister of private memory; reading notifications.
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
