@@ -94,6 +94,10 @@ class ControlClient {
   // the reply did not come in time); either way later calls fail at once.
   Result<std::string> Call(uint8_t type, std::string_view payload, int64_t timeout_ms);
   void Close();
+  // The peer listens at host:port already (it said so itself): a refused
+  // connection then means it is gone (kPeerFailed at once), not that it
+  // is still starting.  Call before the first call.
+  void PeerListensAlready() { listens_already_ = true; }
 
  private:
   // mu_ held; *reached (may be null): the TCP connection was made (a
@@ -108,6 +112,7 @@ class ControlClient {
   std::mutex mu_;
   net::Fd fd_;
   bool failed_ = false;
+  bool listens_already_ = false;
 };
 
 }  // namespace hixl::bootstrap
