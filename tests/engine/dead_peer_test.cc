@@ -200,14 +200,9 @@ TEST_P(DeadPeerTest, AKilledServerFailsNotificationsAndAsyncTransfersPromptlyNam
   EXPECT_EQ(e.Disconnect(p.engine, 2000), hixl::SUCCESS) << hixl::Engine::LastError();
 }
 
-// DISABLED: fails today on every transport.  The owner's DeregisterMem
-// takes its whole timeout (30 s here), then returns PEER_FAILED naming the
-// client: its call back to a client it never called before connects with
-// net::Connect, which retries a refused connection until the deadline
-// (made for peers that are not listening yet).  The fix is below the
-// engine (bootstrap/control.cc or base/socket.cc): a peer that answered
-// once (its Hello) and now refuses is gone.
-TEST_P(DeadPeerTest, DISABLED_AKilledClientFailsTheOwnersDeregisterPromptlyNamingIt) {
+// The owner's call back to the client is refused at once (nothing listens
+// where the client did): PEER_FAILED, not a wait for the timeout.
+TEST_P(DeadPeerTest, AKilledClientFailsTheOwnersDeregisterPromptlyNamingIt) {
   hixl::Engine e;
   const std::string name = Init(e, true);
   ASSERT_FALSE(HasFailure());
