@@ -616,6 +616,20 @@ bool Spawn(hixl::test::PeerProc& p, const std::vector<std::string>& args, const 
   return p.pid > 0;
 }
 
+// The next line of the protocol from p within bound_ms; lines that are
+// not (UCX logs to standard output) are shown and skipped.
+std::string Reply(hixl::test::PeerProc& p, const std::string& who, int bound_ms) {
+  const auto until = Clock::now() + std::chrono::milliseconds(bound_ms);
+  while (true) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now()).count();
+    std::string l = p.Line(static_cast<int>(std::max<int64_t>(1, left)));
+    for (const char* tag : {"READY", "INITFAIL", "DONE ", "NO REPLY", "EOF"}) {
+      if (l.rfind(tag, 0) == 0) return l;
+    }
+    std::printf("  %s said: %s\n", who.c_str(), l.c_str());
+  }
+}
+
 // The value of `key=` in a DONE line ("" when absent).
 std::string Field(const std::string& line, const std::string& key) {
   std::istringstream in(line);
@@ -669,7 +683,7 @@ std::string Round(const Transport& t, uint64_t seed, Totals* tot, bool* retry) {
     if (!Spawn(*procs.back(), {self, "--rank", std::to_string(rng())}, t, env)) return "cannot start a rank";
   }
   for (size_t i = 0; i < procs.size(); ++i) {
-    const std::string l = procs[i]->Line(std::min(30000, left()));
+    const std::string l = Reply(*procs[i], who(static_cast<int>(i)), std::min(30000, left()));
     if (l.rfind("INITFAIL", 0) == 0) {  // a port taken meanwhile: the round again, with others
       *retry = true;
       return who(static_cast<int>(i)) + ": " + l;
@@ -691,7 +705,7 @@ std::string Round(const Transport& t, uint64_t seed, Totals* tot, bool* retry) {
   for (int i = 0; i < static_cast<int>(procs.size()); ++i) {
     if (i == victim) continue;
     auto& p = *procs[static_cast<size_t>(i)];
-    const std::string l = p.Line(left());
+    const std::string l = Reply(p, who(i), left());
     if (l.rfind("DONE ", 0) != 0) {
       failure = who(i) + " (watchdog, " + std::to_string(kWatchdogMs) + " ms): " + l;
       break;
