@@ -37,10 +37,12 @@
 #include <hixl/engine.hpp>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <random>
@@ -792,6 +794,15 @@ int DriverMain() {
     if (!f.empty()) failure = "round " + std::to_string(round) + " (" + t.name + "): " + f;
     ++tot.rounds;
     ++tot.rounds_by_transport[t.name];
+  }
+  // Leftovers: every child was reaped (none remains), and hixl keeps its
+  // shared memory in memfds, so nothing of it is in /dev/shm.
+  errno = 0;
+  if (::waitpid(-1, nullptr, WNOHANG) != -1 || errno != ECHILD) failure += "; a worker process is left";
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/dev/shm", ec)) {
+    if (e.path().filename().string().find("hixl") != std::string::npos)
+      failure += "; left in /dev/shm: " + e.path().string();
   }
   const double s = static_cast<double>(MsSince(t0)) / 1000.0;
   std::string per[2];
