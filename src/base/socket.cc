@@ -112,7 +112,7 @@ Result<uint16_t> LocalPort(int fd) {
   return ntohs(reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port);
 }
 
-Result<Fd> Connect(const std::string& host, uint16_t port, Deadline deadline) {
+Result<Fd> Connect(const std::string& host, uint16_t port, Deadline deadline, bool retry_refused) {
   auto backoff = std::chrono::milliseconds(1);
   while (true) {
     HIXL_ASSIGN_OR_RETURN(addrinfo * res, Resolve(host, port, false));
@@ -145,7 +145,12 @@ Result<Fd> Connect(const std::string& host, uint16_t port, Deadline deadline) {
         SetNoDelay(fd.get());
         return fd;
       }
-      last = std::strerror(errno);
+      const int err = errno;
+      last = std::strerror(err);
+      if (!retry_refused && err == ECONNREFUSED) {
+        ::freeaddrinfo(res);
+        return Err(Errc::kPeerFailed, "cannot connect to {}:{}: {} (it listened there before: gone)", host, port, last);
+      }
     }
     ::freeaddrinfo(res);
     if (Clock::now() >= deadline) {

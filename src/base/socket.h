@@ -50,8 +50,10 @@ Result<Fd> Listen(const std::string& host, uint16_t port, int backlog = 128);
 // The local port a socket is bound to.
 Result<uint16_t> LocalPort(int fd);
 // Connects to host:port, retrying refused connections until the deadline
-// (the peer may not listen yet).  The socket has TCP_NODELAY set.
-Result<Fd> Connect(const std::string& host, uint16_t port, Deadline deadline);
+// (the peer may not listen yet).  The socket has TCP_NODELAY set.  With
+// retry_refused false (a peer known to listen there already), a refused
+// connection is kPeerFailed at once: nothing listens there any more.
+Result<Fd> Connect(const std::string& host, uint16_t port, Deadline deadline, bool retry_refused = true);
 
 // The local address that routes to host:port (which is the address that
 // host can reach us on); "127.0.0.1" when there is no route.  Sends nothing.

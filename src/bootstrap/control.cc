@@ -31,7 +31,7 @@ Status ControlClient::Connect(int64_t timeout_ms) {
 Status ControlClient::ConnectLocked(net::Deadline deadline, bool* reached) {
   if (failed_) return Err(Errc::kPeerFailed, "{} is unreachable (its control connection failed earlier)", name_);
   if (fd_.valid()) return Status::Ok();
-  auto fd = net::Connect(host_, port_, deadline);
+  auto fd = net::Connect(host_, port_, deadline, !listens_already_);
   if (!fd.ok()) {
     failed_ = true;
     return Err(fd.status().code(), "cannot reach {} at {}:{}: {}", name_, host_, port_, fd.status().message());

@@ -106,6 +106,10 @@ class ControlClient {
   // Whether a connection to the peer was ever made and authenticated: a
   // peer whose address never answered is told apart from a slow one.
   bool answered_once() const { return answered_once_.load(std::memory_order_relaxed); }
+  // The peer listens at host:port already (it said so itself): a refused
+  // connection then means it is gone (kPeerFailed at once), not that it
+  // is still starting.  Call before the first call.
+  void PeerListensAlready() { listens_already_ = true; }
 
  private:
   // mu_ held; *reached (may be null): the TCP connection was made (a
@@ -123,6 +127,7 @@ class ControlClient {
   net::Fd fd_;
   bool failed_ = false;
   std::atomic<bool> answered_once_{false};
+  bool listens_already_ = false;
 };
 
 }  // namespace hixl::bootstrap

@@ -207,6 +207,9 @@ Result<std::string> Engine::Impl::Hello(std::string_view payload) {
   c.name = h->name;
   c.callback = std::make_shared<bootstrap::ControlClient>(h->id_for_server, id, h->callback_host, h->callback_port,
                                                           "engine " + h->name, cfg.secret);
+  // The client listens there before it says hello: a call back refused
+  // later means it is gone, found at once instead of by the timeout.
+  c.callback->PeerListensAlready();
   clients.emplace(id, std::move(c));
   return core::Encode(core::HelloReply{uuid, id, session->Addresses()});
 }

@@ -33,6 +33,7 @@
 
 #include "../mp/mp_util.h"
 #include "free_port.h"
+#include "peer_proc.h"
 
 namespace hixl::test {
 World* g_world = nullptr;  // unused here; mp_util.h declares it
@@ -107,18 +108,9 @@ int PeerMain(int argc, char** argv) {
     return 1;
   }
   say("READY " + std::to_string(bufs[0]->addr()));
-  std::string pending;
-  char chunk[4096];
-  while (true) {
-    auto nl = pending.find('\n');
-    if (nl == std::string::npos) {
-      ssize_t n = ::read(0, chunk, sizeof(chunk));
-      if (n <= 0) return 0;  // the test went away
-      pending.append(chunk, static_cast<size_t>(n));
-      continue;
-    }
-    std::istringstream in(pending.substr(0, nl));
-    pending.erase(0, nl + 1);
+  hixl::test::LineReader lines{0};
+  for (std::string line; lines.Next(&line);) {
+    std::istringstream in(line);
     std::vector<std::string> w;
     for (std::string t; in >> t;) w.push_back(t);
     if (w.empty()) continue;
@@ -177,6 +169,7 @@ int PeerMain(int argc, char** argv) {
       say("ERR unknown command " + Join(w, 0));
     }
   }
+  return 0;  // the test went away
 }
 
 // ------------------------------------------------------------------ the test side

@@ -23,6 +23,7 @@
 #include <string>
 #include <thread>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "../mp/mp_util.h"
@@ -122,19 +123,30 @@ class IsolationTest : public ::testing::TestWithParam<Variant> {
     return st;
   }
 
+  // The kill and stop tests' start: two peers B and C of `len` bytes,
+  // connected from e and each checked with a round trip.
+  std::pair<PeerProc*, PeerProc*> TwoWorkingPeers(hixl::Engine& e, size_t len) {
+    PeerProc& b = Start(len);
+    PeerProc& c = Start(len);
+    Init(e);
+    if (HasFatalFailure()) return {&b, &c};
+    EXPECT_EQ(e.Connect(b.engine, 10000), hixl::SUCCESS) << hixl::Engine::LastError();
+    EXPECT_EQ(e.Connect(c.engine, 10000), hixl::SUCCESS) << hixl::Engine::LastError();
+    if (!HasFailure()) RoundTrip(e, b, 1 << 20, 1);
+    if (!HasFailure()) RoundTrip(e, c, 1 << 20, 2);
+    return {&b, &c};
+  }
+
   std::vector<std::unique_ptr<PeerProc>> peers_;
 };
 
 TEST_P(IsolationTest, AKilledPeerLeavesTransfersToTheOthersWorking) {
   constexpr size_t kLen = 16 << 20;
-  PeerProc& b = Start(kLen);
-  PeerProc& c = Start(kLen);
   hixl::Engine e;
-  Init(e);
-  ASSERT_EQ(e.Connect(b.engine, 10000), hixl::SUCCESS) << hixl::Engine::LastError();
-  ASSERT_EQ(e.Connect(c.engine, 10000), hixl::SUCCESS) << hixl::Engine::LastError();
-  RoundTrip(e, b, 1 << 20, 1);
-  RoundTrip(e, c, 1 << 20, 2);
+  auto [bp, cp] = TwoWorkingPeers(e, kLen);
+  ASSERT_FALSE(HasFailure()) << "the two peers were not both working";
+  PeerProc& b = *bp;
+  PeerProc& c = *cp;
   // C dies with a transfer pending (stopped first, so that it cannot
   // finish before the kill where the transfer needs C's help).
   Buf src(kLen);
@@ -172,14 +184,11 @@ TEST_P(IsolationTest, AKilledPeerLeavesTransfersToTheOthersWorking) {
 
 TEST_P(IsolationTest, AStoppedPeerHoldsUpOnlyItsOwnTransfersAndOnlyUntilTheirTimeout) {
   constexpr size_t kLen = 16 << 20;
-  PeerProc& b = Start(kLen);
-  PeerProc& c = Start(kLen);
   hixl::Engine e;
-  Init(e);
-  ASSERT_EQ(e.Connect(b.engine, 10000), hixl::SUCCESS) << hixl::Engine::LastError();
-  ASSERT_EQ(e.Connect(c.engine, 10000), hixl::SUCCESS) << hixl::Engine::LastError();
-  RoundTrip(e, b, 1 << 20, 1);
-  RoundTrip(e, c, 1 << 20, 2);
+  auto [bp, cp] = TwoWorkingPeers(e, kLen);
+  ASSERT_FALSE(HasFailure()) << "the two peers were not both working";
+  PeerProc& b = *bp;
+  PeerProc& c = *cp;
   ASSERT_EQ(::kill(c.pid, SIGSTOP), 0);
   // A transfer to C, bounded by its own 1500 ms (the node's bound is 30 s),
   // while transfers to B go on beside it.

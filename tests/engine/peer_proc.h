@@ -1,9 +1,11 @@
 // Peer engines as child processes for the engine tests that kill, stop and
-// count them (isolation_test.cc): the test binary re-executes itself as
+// count them (isolation_test.cc, dead_peer_test.cc): the test binary re-executes itself as
 // `BINARY --peer ENGINE BUFLEN [key=value ...]`, which holds one engine
 // with one registered buffer and answers one-line commands on stdin:
 //   sum ADDR LEN   -> SUM <fnv of the bytes>
 //   stats          -> STATS <fds> <threads> <VmSize pages> <maps lines>
+//   connect ENGINE, write ENGINE ADDR LEN SEED, notify ENGINE NAME
+//                  -> OK, or ERR <status> <HIXL_ERR_ code> <why>
 // Every reply is awaited with a bound; the harness kills and reaps its
 // children.
 #pragma once
@@ -64,6 +66,26 @@ inline std::string StatsLine(const ProcStats& s) {
          std::to_string(s.maps);
 }
 
+// Lines from a descriptor (the peers' stdin): Next gives the next one
+// without its newline, false once the descriptor is closed.
+struct LineReader {
+  explicit LineReader(int from) : fd(from) {}
+  int fd;
+  std::string pending;
+  bool Next(std::string* line) {
+    char chunk[4096];
+    for (auto nl = pending.find('\n'); nl == std::string::npos; nl = pending.find('\n')) {
+      ssize_t n = ::read(fd, chunk, sizeof(chunk));
+      if (n <= 0) return false;
+      pending.append(chunk, static_cast<size_t>(n));
+    }
+    const auto nl = pending.find('\n');
+    *line = pending.substr(0, nl);
+    pending.erase(0, nl + 1);
+    return true;
+  }
+};
+
 // `BINARY --peer ENGINE BUFLEN [key=value ...]`
 inline int PeerMain(int argc, char** argv) {
   std::map<std::string, std::string> options;
@@ -86,18 +108,14 @@ inline int PeerMain(int argc, char** argv) {
     return 1;
   }
   say("READY " + std::to_string(reinterpret_cast<uintptr_t>(buf.data())));
-  std::string pending;
-  char chunk[4096];
-  while (true) {
-    auto nl = pending.find('\n');
-    if (nl == std::string::npos) {
-      ssize_t n = ::read(0, chunk, sizeof(chunk));
-      if (n <= 0) return 0;  // the test went away
-      pending.append(chunk, static_cast<size_t>(n));
-      continue;
-    }
-    std::istringstream in(pending.substr(0, nl));
-    pending.erase(0, nl + 1);
+  auto status = [](hixl::EngineStatus s) {
+    return s == hixl::SUCCESS ? std::string("OK")
+                              : "ERR " + std::string(hixl::EngineStatusName(s)) + " " +
+                                    std::to_string(hixl::Engine::LastErrorCode()) + " " + hixl::Engine::LastError();
+  };
+  LineReader lines{0};
+  for (std::string line; lines.Next(&line);) {
+    std::istringstream in(line);
     std::string cmd;
     in >> cmd;
     if (cmd == "sum") {
@@ -106,10 +124,26 @@ inline int PeerMain(int argc, char** argv) {
       say("SUM " + std::to_string(Fnv(reinterpret_cast<const void*>(addr), n)));
     } else if (cmd == "stats") {
       say("STATS " + StatsLine(SelfStats()));
+    } else if (cmd == "connect") {  // connect ENGINE
+      std::string peer;
+      in >> peer;
+      say(status(engine.Connect(peer, 5000)));
+    } else if (cmd == "write") {  // write ENGINE ADDR LEN SEED: a pattern into the other engine's memory
+      std::string peer;
+      uint64_t addr = 0, n = 0, seed = 0;
+      in >> peer >> addr >> n >> seed;
+      std::vector<uint8_t> src(n);
+      for (size_t i = 0; i < n; ++i) src[i] = static_cast<uint8_t>(seed + i * 131);
+      say(status(engine.TransferSync(peer, hixl::WRITE, {{reinterpret_cast<uintptr_t>(src.data()), addr, n}}, 5000)));
+    } else if (cmd == "notify") {  // notify ENGINE NAME
+      std::string peer, name;
+      in >> peer >> name;
+      say(status(engine.SendNotify(peer, {name, "m"}, 5000)));
     } else {
       say("ERR unknown command " + cmd);
     }
   }
+  return 0;  // the test went away
 }
 
 struct PeerProc {
