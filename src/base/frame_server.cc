@@ -1,7 +1,9 @@
 // FrameServer (base/frame_server.h): its options, life and public calls;
 // the work on the loop thread is in frame_server_impl.h.
 #include <charconv>
+#include <condition_variable>
 #include <cstdlib>
+#include <mutex>
 
 #include "base/frame_server_impl.h"
 
@@ -50,23 +52,42 @@ FrameServer::FrameServer(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 FrameServer::~FrameServer() {
   std::shared_ptr<ev::EventLoop> loop = impl_->loop;  // outlives the handles' close callbacks
-  // The timer is part of Impl: Impl lives until the timer's close callback.
+  // The timer is part of Impl: Impl lives until the timer's close callback,
+  // the last of the server's (they run in the order they were asked for).
   // impl_ stays set until the listeners are gone: a handler that runs
   // before then may still call this server.
-  auto* keep = new std::shared_ptr<Impl>(impl_);
+  struct Last {
+    std::shared_ptr<Impl> impl;
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+  };
+  auto last = std::make_shared<Last>();
+  last->impl = impl_;
+  auto* keep = new std::shared_ptr<Last>(last);
   loop->Call([keep] {
-    Impl& impl = **keep;
+    Impl& impl = *(*keep)->impl;
     std::vector<int> ids;
     for (auto& [id, l] : impl.lsns) ids.push_back(id);
     for (int id : ids) impl.RemoveLsn(id);
     impl.timer.data = keep;
-    uv_close(reinterpret_cast<uv_handle_t*>(&impl.timer),
-             [](uv_handle_t* h) { delete static_cast<std::shared_ptr<Impl>*>(h->data); });
+    uv_close(reinterpret_cast<uv_handle_t*>(&impl.timer), [](uv_handle_t* h) {
+      auto* k = static_cast<std::shared_ptr<Last>*>(h->data);
+      std::shared_ptr<Last> l = *k;
+      delete k;
+      l->impl.reset();
+      std::lock_guard lock(l->mu);
+      l->done = true;
+      l->cv.notify_all();
+    });
   });
   impl_.reset();  // no handler runs any more
-  // The close callbacks run at the end of that turn of the loop: wait for
-  // them, so that the last holder of the loop is this thread (which joins it).
-  loop->Call([] {});
+  // Wait for the close callbacks (not on the loop thread, where they run
+  // after this returns), so that the last holder of the loop is this thread
+  // (which joins it).
+  if (loop->OnLoopThread()) return;
+  std::unique_lock lock(last->mu);
+  last->cv.wait(lock, [&] { return last->done; });
 }
 
 ev::EventLoop& FrameServer::loop() const { return *impl_->loop; }

@@ -365,6 +365,7 @@ struct FrameServer::Impl {
     --c.lsn->conns;
     if (accept_resume) ResumeAccepting();  // a descriptor came free
     uv_close(reinterpret_cast<uv_handle_t*>(&c.poll), [](uv_handle_t* h) { delete static_cast<Conn*>(h->data); });
+    c.fd.Reset();  // now, not in the callback: the peer sees the end at once
   }
 
   void RemoveLsn(int id) {
@@ -380,6 +381,7 @@ struct FrameServer::Impl {
     // Its handlers go with it in the close callback: one of them may be
     // running now (a handler that removes its own listener).
     uv_close(reinterpret_cast<uv_handle_t*>(&l->poll), [](uv_handle_t* h) { delete static_cast<Lsn*>(h->data); });
+    l->fd.Reset();  // the port is free when RemoveListener returns
   }
 };
 
