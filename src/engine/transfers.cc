@@ -152,6 +152,9 @@ void Engine::Impl::Work() {
                                                  r->timeout_ms, &r->abandoned));
     r->descs = {};
     TransferStatus st = TransferStatus::COMPLETED;
+    // Under req_mu: GetStatus writes message when it abandons a request
+    // past its deadline, maybe while this worker is finishing it.
+    std::lock_guard lock(req_mu);
     if (!s.ok()) {
       r->message = s.message();
       r->code = s.code();

@@ -3,7 +3,9 @@
 // tests in the same order; collective steps keep them in step.  A failure
 // ends the rank at once (fail-fast), and hixlrun then stops the others.
 
+#include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <thread>
 #include <vector>
 
@@ -16,10 +18,22 @@ namespace {
 
 class Transfer : public testing::TestWithParam<Kind> {};
 
-constexpr size_t kMaxSize = size_t{64} << 20;  // the largest random transfer
-constexpr size_t kGuard = 64;                  // canary bytes checked around each range
-constexpr size_t kSlot = kMaxSize + 4096;      // room for one transfer plus offsets
+// A size from the environment, or `def`; at least `min`.  The ThreadSanitizer
+// build sets smaller ones (tests/mp/CMakeLists.txt): there every byte copied
+// and checked is instrumented, and the full sizes take minutes.
+size_t EnvBytes(const char* name, size_t def, size_t min) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return def;
+  return std::max<size_t>(min, std::strtoull(v, nullptr, 10));
+}
+
+// The largest random transfer (HIXL_TEST_MAX_BYTES, default 64 MiB).
+const size_t kMaxSize = EnvBytes("HIXL_TEST_MAX_BYTES", size_t{64} << 20, 4096);
+constexpr size_t kGuard = 64;          // canary bytes checked around each range
+const size_t kSlot = kMaxSize + 4096;  // room for one transfer plus offsets
 constexpr uint8_t kCanary = 0xEE;
+// The one large put and get (HIXL_TEST_LARGE_BYTES, default 1 GiB).
+const size_t kLargeBytes = EnvBytes("HIXL_TEST_LARGE_BYTES", size_t{1} << 30, 4096);
 
 // Every rank puts a random-sized block at a random offset into its own slot
 // of every rank's memory (itself included); after a barrier each rank checks
@@ -167,30 +181,31 @@ TEST_P(Transfer, ThreadsShareOneFence) {
 
 INSTANTIATE_TEST_SUITE_P(Memory, Transfer, testing::Values(Kind::kSymmetric, Kind::kRegistered), KindName);
 
-// One put and one get of a whole 1 GiB region between ranks 0 and 1.
+// One put and one get of a whole 1 GiB region (kLargeBytes) between ranks 0
+// and 1.
 TEST(Large, OneGiBPutAndGet) {
   if (Size() > 2) GTEST_SKIP() << "run with 2 ranks only (memory)";
   const int me = Rank(), peer = (me + 1) % Size();
-  constexpr size_t kGiB = size_t{1} << 30;
+  const size_t kBytes = kLargeBytes;
   for (Kind kind : {Kind::kSymmetric, Kind::kRegistered}) {
-    Remote mem(kind, kGiB);
+    Remote mem(kind, kBytes);
     if (me == 0) {
-      std::vector<uint8_t> src(kGiB);
-      Fill(src.data(), kGiB, 1234);
-      HIXL_ASSERT_OK(g_world->Put(peer, src.data(), mem.base(peer), kGiB));
+      std::vector<uint8_t> src(kBytes);
+      Fill(src.data(), kBytes, 1234);
+      HIXL_ASSERT_OK(g_world->Put(peer, src.data(), mem.base(peer), kBytes));
       HIXL_ASSERT_OK(g_world->Fence());
     }
     HIXL_ASSERT_OK(g_world->Barrier());
     if (me == 1 || Size() == 1) {
-      ASSERT_EQ(FirstMismatch(mem.local(), kGiB, 1234), -1);
+      ASSERT_EQ(FirstMismatch(mem.local(), kBytes, 1234), -1);
     }
-    if (me == 1) Fill(mem.local(), kGiB, 5678);
+    if (me == 1) Fill(mem.local(), kBytes, 5678);
     HIXL_ASSERT_OK(g_world->Barrier());
     if (me == 0) {
-      std::vector<uint8_t> dst(kGiB);
-      HIXL_ASSERT_OK(g_world->Get(peer, mem.base(peer), dst.data(), kGiB));
+      std::vector<uint8_t> dst(kBytes);
+      HIXL_ASSERT_OK(g_world->Get(peer, mem.base(peer), dst.data(), kBytes));
       HIXL_ASSERT_OK(g_world->Fence());
-      ASSERT_EQ(FirstMismatch(dst.data(), kGiB, Size() == 1 ? 1234 : 5678), -1);
+      ASSERT_EQ(FirstMismatch(dst.data(), kBytes, Size() == 1 ? 1234 : 5678), -1);
     }
     HIXL_ASSERT_OK(g_world->Barrier());
   }

@@ -1,8 +1,10 @@
 // Signals, remote atomics and notifications, run by every rank of a world.
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <set>
 #include <thread>
 #include <vector>
@@ -13,6 +15,14 @@ namespace hixl::test {
 namespace {
 
 class Signals : public testing::TestWithParam<Kind> {};
+
+// An iteration count from the environment (at least 1), or `def`.  The
+// ThreadSanitizer build sets smaller ones (tests/mp/CMakeLists.txt): every
+// access is instrumented there, and UCX's emulated atomics are slow.
+int EnvCount(const char* name, int def) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::max(1, std::atoi(v)) : def;
+}
 
 double CpuSeconds() {
   rusage ru{};
@@ -28,7 +38,7 @@ TEST_P(Signals, WhoeverSeesTheSignalSeesTheData) {
   const int n = Size(), me = Rank();
   if (n < 2) GTEST_SKIP();
   constexpr size_t kLen = (size_t{1} << 20) + 13;
-  constexpr int kRounds = 60;
+  const auto kRounds = static_cast<uint64_t>(EnvCount("HIXL_TEST_SIGNAL_ROUNDS", 60));
   Remote data(GetParam(), kLen);
   Remote words(GetParam(), 8 * static_cast<size_t>(n));  // [0]: signal; on rank 0: acks by rank
   std::memset(words.local(), 0, words.bytes());
@@ -63,7 +73,7 @@ TEST_P(Signals, WhoeverSeesTheSignalSeesTheData) {
 // the values fetch_add returned are all different.
 TEST_P(Signals, ContendedFetchAddIsExact) {
   const int n = Size();
-  constexpr int kAdds = 2000;
+  const int kAdds = EnvCount("HIXL_TEST_ATOMIC_ITERS", 2000);
   Remote word(GetParam(), 8);
   std::memset(word.local(), 0, 8);
   HIXL_ASSERT_OK(g_world->Barrier());
@@ -95,7 +105,7 @@ TEST_P(Signals, ContendedFetchAddIsExact) {
 // plain get and put: no increment is lost.
 TEST_P(Signals, CompareSwapLockProtectsACriticalSection) {
   const int n = Size(), me = Rank();
-  constexpr int kIters = 150;
+  const int kIters = EnvCount("HIXL_TEST_LOCK_ITERS", 150);
   Remote mem(GetParam(), 16);  // [0] lock, [1] counter, on rank 0
   std::memset(mem.local(), 0, 16);
   HIXL_ASSERT_OK(g_world->Barrier());
