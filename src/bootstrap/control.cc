@@ -23,9 +23,47 @@ namespace hixl::bootstrap {
 // Reply frame:   [i32 code][payload, or the error message when code != 0].
 // The server is in control_server.cc.
 
+// Holds the client's turn from a successful Take until destroyed.
+struct ControlClient::Turn {
+  explicit Turn(ControlClient* c) : c_(c) {}
+  Turn(const Turn&) = delete;
+  Turn& operator=(const Turn&) = delete;
+  ~Turn() {
+    if (!held_) return;
+    {
+      std::lock_guard lock(c_->mu_);
+      c_->busy_ = false;
+    }
+    c_->turn_cv_.notify_one();
+  }
+  void Take() {
+    std::unique_lock lock(c_->mu_);
+    c_->turn_cv_.wait(lock, [this] { return !c_->busy_; });
+    c_->busy_ = true;
+    held_ = true;
+  }
+  // False when another call still held the turn at the deadline.
+  bool Take(net::Deadline deadline) {
+    std::unique_lock lock(c_->mu_);
+    if (!c_->turn_cv_.wait_until(lock, deadline, [this] { return !c_->busy_; })) return false;
+    c_->busy_ = true;
+    held_ = true;
+    return true;
+  }
+
+ private:
+  ControlClient* c_;
+  bool held_ = false;
+};
+
 Status ControlClient::Connect(int64_t timeout_ms) {
-  std::lock_guard lock(mu_);
-  return ConnectLocked(net::DeadlineIn(timeout_ms), nullptr);
+  const auto deadline = net::DeadlineIn(timeout_ms);
+  Turn turn(this);
+  if (!turn.Take(deadline)) {
+    return Err(Errc::kTimeout, "cannot reach {} within {} ms (another call to it was still waiting)", name_,
+               timeout_ms);
+  }
+  return ConnectLocked(deadline, nullptr);
 }
 
 Status ControlClient::ConnectLocked(net::Deadline deadline, bool* reached) {
@@ -50,8 +88,8 @@ Status ControlClient::ConnectLocked(net::Deadline deadline, bool* reached) {
 
 Result<std::string> ControlClient::Call(uint8_t type, std::string_view payload, int64_t timeout_ms) {
   const auto deadline = net::DeadlineIn(timeout_ms);
-  std::unique_lock lock(mu_, std::defer_lock);
-  if (!lock.try_lock_until(deadline)) {
+  Turn turn(this);
+  if (!turn.Take(deadline)) {
     return Err(Errc::kTimeout, "{} did not answer within {} ms (another call to it was still waiting)", name_,
                timeout_ms);
   }
@@ -82,7 +120,8 @@ Result<std::string> ControlClient::Call(uint8_t type, std::string_view payload, 
 }
 
 void ControlClient::Close() {
-  std::lock_guard lock(mu_);
+  Turn turn(this);
+  turn.Take();
   fd_.Reset();
 }
 

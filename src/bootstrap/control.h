@@ -9,6 +9,7 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -103,6 +104,8 @@ class ControlClient {
   // the reply did not come in time); either way later calls fail at once.
   Result<std::string> Call(uint8_t type, std::string_view payload, int64_t timeout_ms);
   void Close();
+  // The id this client was made for (the peer's rank, or the id we know it by).
+  int64_t peer() const { return peer_; }
   // Whether a connection to the peer was ever made and authenticated: a
   // peer whose address never answered is told apart from a slow one.
   bool answered_once() const { return answered_once_.load(std::memory_order_relaxed); }
@@ -112,7 +115,7 @@ class ControlClient {
   void PeerListensAlready() { listens_already_ = true; }
 
  private:
-  // mu_ held; *reached (may be null): the TCP connection was made (a
+  // The turn held; *reached (may be null): the TCP connection was made (a
   // failure after it is the handshake's).
   Status ConnectLocked(net::Deadline deadline, bool* reached);
   const int64_t my_rank_;
@@ -121,9 +124,14 @@ class ControlClient {
   const uint16_t port_;
   const std::string name_;
   const auth::MaybeSecret secret_;
-  // Timed: a call waiting behind another (on a peer that does not answer)
-  // still ends by its own deadline.
-  std::timed_mutex mu_;
+  // One call at a time: a call holds the turn (busy_) while it talks to the
+  // peer.  A call waiting for its turn behind another (on a peer that does
+  // not answer) still ends by its own deadline.  (Not std::timed_mutex:
+  // its timed lock, pthread_mutex_clocklock, is unseen by ThreadSanitizer.)
+  struct Turn;
+  std::mutex mu_;
+  std::condition_variable turn_cv_;
+  bool busy_ = false;  // guarded by mu_; fd_ and failed_ belong to the holder of the turn
   net::Fd fd_;
   bool failed_ = false;
   std::atomic<bool> answered_once_{false};
