@@ -3,6 +3,7 @@
 #include <charconv>
 #include <condition_variable>
 #include <cstdlib>
+#include <memory>
 #include <mutex>
 
 #include "base/frame_server_impl.h"
@@ -64,7 +65,9 @@ FrameServer::~FrameServer() {
   };
   auto last = std::make_shared<Last>();
   last->impl = impl_;
-  auto* keep = new std::shared_ptr<Last>(last);
+  // Released to the timer's close callback, which deletes it.  (Out of
+  // memory here, in a destructor, ends the process: there is no way back.)
+  auto* keep = std::make_unique<std::shared_ptr<Last>>(last).release();
   loop->Call([keep] {
     Impl& impl = *(*keep)->impl;
     std::vector<int> ids;
