@@ -205,7 +205,8 @@ class Worker {
   }
 
   void Announce(const std::string& msg) {
-    for (auto& [i, p] : peers_) {
+    for (auto& entry : peers_) {
+      auto& p = entry.second;  // not a structured binding: clang 14 cannot capture one
       if (!p.connected) continue;
       Call("SendNotify", &p, kCallMs, [&] { return e_.SendNotify(p.name, {std::to_string(idx_), msg}, kCallMs); });
       ++ops_[3];
