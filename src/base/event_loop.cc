@@ -95,10 +95,14 @@ Result<std::shared_ptr<EventLoop>> EventLoop::Acquire() {
 
 EventLoop::~EventLoop() {
   {
+    // The wake-up goes out under the lock that Drain reads stop under: a
+    // wake already pending (a Post whose work an earlier turn ran) may run
+    // Drain at any moment, and once Drain sees stop the loop closes its
+    // pipe, into which uv_async_send then writes (libuv aborts there).
     std::lock_guard lock(s_->mu);
     s_->stop = true;
+    uv_async_send(&s_->wake);
   }
-  uv_async_send(&s_->wake);
   if (OnLoopThread()) {
     s_->thread.detach();  // it ends once this callback returns
   } else if (s_->thread.joinable()) {

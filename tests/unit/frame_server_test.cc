@@ -248,5 +248,27 @@ TEST(EventLoop, OneThreadForEveryHolderAndCallRunsInlineOnIt) {
   EXPECT_FALSE(a.value()->OnLoopThread());
 }
 
+// The last holder's release wakes the loop to end it.  A wake that was
+// already pending (a Post whose work an earlier turn ran) used to let the
+// loop end first, and then the release's wake-up wrote to the loop's closed
+// pipe: libuv aborts the process there.  Many short lives, each released
+// with such a wake in flight.
+TEST(EventLoop, ReleasingItWhileAWakeIsPendingIsSafe) {
+  for (int i = 0; i < 3000; ++i) {
+    auto l = ev::EventLoop::Acquire();
+    ASSERT_TRUE(l.ok()) << l.status().ToString();
+    std::shared_ptr<ev::EventLoop> mine = std::move(l).value();
+    std::thread poster([o = mine]() mutable {
+      for (int k = 0; k < 3; ++k) o->Post([] {});
+      o.reset();
+    });
+    int ran = 0;
+    mine->Call([&] { ++ran; });
+    EXPECT_EQ(ran, 1);
+    mine.reset();  // the last holder is this thread or the poster
+    poster.join();
+  }
+}
+
 }  // namespace
 }  // namespace hixl::net
