@@ -227,9 +227,19 @@ struct FrameServer::Impl {
     });
   }
 
+  // What a failed poll of c means: libuv reports every POLLERR as
+  // UV_EBADF ("bad file descriptor"); the socket's own pending error (a
+  // reset by a peer that died, say) names it.
+  static std::string PollError(Conn& c, int status) {
+    int err = 0;
+    socklen_t len = sizeof(err);
+    if (::getsockopt(c.fd.get(), SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err != 0) return std::strerror(err);
+    return uv_strerror(status);
+  }
+
   void OnEvents(Conn& c, int status, int events) {
     if (c.dead) return;
-    if (status < 0) return DropConn(c, fmt::format("its connection failed: {}", uv_strerror(status)), true);
+    if (status < 0) return DropConn(c, fmt::format("its connection failed: {}", PollError(c, status)), true);
     if (c.hs) {
       const auth::ServerHandshake::Step step = c.hs->OnReadable(c.fd.get());
       if (step == auth::ServerHandshake::Step::kWaiting) return;
