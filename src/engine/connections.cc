@@ -131,6 +131,13 @@ Result<core::Session::Subscriber> Engine::Impl::SubscriberFor(int64_t from) {
 
 Result<std::shared_ptr<core::PeerSession>> Engine::Impl::PeerFor(int64_t from) {
   if (auto c = ConnById(from)) return c->peer;
+  {
+    std::lock_guard lock(conns_mu);
+    // Disconnected: its table is closed and nothing of ours is in flight
+    // to it, which is what an invalidation asks.
+    if (std::find(closed_ids.begin(), closed_ids.end(), from) != closed_ids.end())
+      return std::shared_ptr<core::PeerSession>();
+  }
   HIXL_LOG_WARN("engine {}: refused an invalidation from id {}, which is none of its connections", local_name, from);
   return Err(Errc::kPeerFailed, "engine {} has no connection with id {}", local_name, from);
 }
@@ -357,7 +364,6 @@ Status Engine::Impl::Disconnect(const std::string& remote, int32_t timeout_ms) {
     }
     c = it->second;
     conns.erase(it);
-    conns_by_id.erase(c->id);
   }
   const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
   // Every wait below (the flush of what is in flight, the release) ends by
@@ -370,6 +376,15 @@ Status Engine::Impl::Disconnect(const std::string& remote, int32_t timeout_ms) {
   Status quiet = c->peer->Quiesce(timeout_ms);
   if (!c->broken)
     (void)c->peer->Call(ControlMsg::kBye, {}, transport::WaitMs(*session->node()));  // it may have gone anyway
+  {
+    // Until its goodbye went out the server could still ask us to forget a
+    // region (answered with the closed table); after it, such a request
+    // crossed the goodbye (PeerFor).
+    std::lock_guard lock(conns_mu);
+    conns_by_id.erase(c->id);
+    closed_ids.push_back(c->id);
+    if (closed_ids.size() > kRecentlyClosed) closed_ids.pop_front();
+  }
   // Everything the connection took goes now: the transport's resources for
   // the peer (relay channel, mappings, endpoint), its peer id and its
   // control connection (with the last reference to the Conn).  Work still

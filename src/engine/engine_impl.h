@@ -149,6 +149,11 @@ struct Engine::Impl final : private core::Session::Delegate {
   std::mutex conns_mu;
   std::map<std::string, std::shared_ptr<Conn>> conns;  // by name; nullptr while connecting
   std::unordered_map<int64_t, std::shared_ptr<Conn>> conns_by_id;
+  // The ids of connections Disconnect ended lately (the newest
+  // kRecentlyClosed): a server whose invalidation crossed our goodbye is
+  // answered "nothing of ours reaches it", not refused as a stranger.
+  static constexpr size_t kRecentlyClosed = 256;
+  std::deque<int64_t> closed_ids;
 
   std::mutex clients_mu;
   std::map<int64_t, Client> clients;
