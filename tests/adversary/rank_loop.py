@@ -4,13 +4,11 @@ before the attack and during it, and checks that put and get still move
 the right bytes.  Rank 0 prints READY with every rank's pid, then waits for
 the driver's word on the fifo argv[1] (the attack is in place by then)."""
 
-import os
 import sys
 import time
 
-import numpy as np
-
 import hixl
+from job_rank import await_word, finish, join, ready
 
 ROUNDS = 20
 
@@ -32,37 +30,17 @@ def ping_pong(rank):
     return worst
 
 
-hixl.init()
-rank, size = hixl.rank(), hixl.world_size()
+rank, size, boxes, pids = join()
 assert size == 2, size
-N = 4096
-inbox = np.zeros(N, dtype=np.int64)
-outbox = np.arange(N, dtype=np.int64) + 1000 * rank
-hixl.register_memory(inbox)
-hixl.register_memory(outbox)
-inboxes = hixl.allgather(inbox.ctypes.data)
-outboxes = hixl.allgather(outbox.ctypes.data)
-pids = hixl.allgather(os.getpid())
 other = 1 - rank
 before = ping_pong(rank)
 hixl.barrier()
-if rank == 0:
-    print("READY " + " ".join(str(p) for p in pids), flush=True)
-    with open(sys.argv[1]) as go:  # blocks until the attack is in place
-        assert go.read().strip() == "go"
+ready(rank, pids)
+await_word(rank, sys.argv[1], "go")  # the attack is in place
 hixl.barrier()
 during = ping_pong(rank)
-hixl.put(dst_rank=other, src_addr=outbox, dst_addr=inboxes[other])
-got = np.zeros(N, dtype=np.int64)
-hixl.get(src_rank=other, src_addr=outboxes[other], dst_addr=got)
-hixl.fence()
-hixl.barrier()
-assert np.array_equal(inbox, np.arange(N, dtype=np.int64) + 1000 * other), "put delivered wrong bytes"
-assert np.array_equal(got, np.arange(N, dtype=np.int64) + 1000 * other), "get returned wrong bytes"
+boxes.exchange(dst=other, src=other)
 if rank == 0:
     print(f"ROUNDTRIP before {before:.4f} during {during:.4f}", flush=True)
-    with open(sys.argv[1]) as go:  # the driver has looked at the descriptors
-        assert go.read().strip() == "done"
-hixl.barrier()
-hixl.finalize()
-print(f"rank {rank}: put/get verified", flush=True)
+await_word(rank, sys.argv[1], "done")  # the driver has looked at the descriptors
+finish(rank)

@@ -69,10 +69,12 @@ class Job:
                 self.proc.wait(timeout=15)
 
 
-def start_job(tmp_path, ranks, env):
+def start_job(tmp_path, ranks, env, script="rank.py"):
+    """A job of `ranks` ranks running `script` (a rank that prints READY and
+    waits on the fifo it is given): the Job, the fifo, every rank's pid."""
     go = tmp_path / "go"
     os.mkfifo(go)
-    rank_py = os.path.join(HERE, "rank.py")
+    rank_py = os.path.join(HERE, script)
     if ranks > 1:
         argv = [HIXLRUN, "-n", str(ranks), "--timeout", "150", sys.executable, rank_py, str(go)]
     else:
@@ -80,6 +82,12 @@ def start_job(tmp_path, ranks, env):
     job = Job(argv, env)
     pids = [int(p) for p in job.wait_for("READY").split()[1:]]
     return job, go, pids
+
+
+def expect_verified(rc, out, ranks):
+    """The job exited 0 and each of its ranks verified its put and get."""
+    assert rc == 0, out
+    assert out.count("put/get verified") == ranks, out
 
 
 def release(go):
@@ -116,8 +124,7 @@ def test_strangers_cannot_reach_a_job_with_a_secret(tmp_path):
         rc, out = job.finish()
     finally:
         job.stop()
-    assert rc == 0, out
-    assert out.count("put/get verified") == 2, out
+    expect_verified(rc, out, 2)
     for listener in ("hixl store", "hixl control listener", "hixl shm socket"):
         assert f"{listener}" in out and "refused" in out, out
     assert "wrong proof of the job secret" in out, out
@@ -139,8 +146,7 @@ def test_another_user_cannot_reach_the_shm_socket_without_a_secret(tmp_path):
         rc, out = job.finish()
     finally:
         job.stop()
-    assert rc == 0, out
-    assert "put/get verified" in out, out
+    expect_verified(rc, out, 1)
     assert "hixl shm socket" in out and "not this process's uid" in out, out
     assert out.count("this job has no secret") == 1, out
 

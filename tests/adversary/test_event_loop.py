@@ -7,23 +7,12 @@ its cap of connections, and a half-open connection is closed after its
 timeout.  Every wait is bounded; every process and socket is closed."""
 
 import os
-import sys
 import time
 
 import stranger
-from test_adversary import HIXLRUN, Job, clean_env, release
+from test_adversary import clean_env, expect_verified, release, start_job
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 CAP = 256  # base/frame_server.h: connections per listener
-
-
-def start(tmp_path, env):
-    go = tmp_path / "go"
-    os.mkfifo(go)
-    argv = [HIXLRUN, "-n", "2", "--timeout", "150", sys.executable, os.path.join(HERE, "rank_loop.py"), str(go)]
-    job = Job(argv, env)
-    pids = [int(p) for p in job.wait_for("READY").split()[1:]]
-    return job, go, pids
 
 
 def targets(pids):
@@ -56,7 +45,7 @@ def slow_client(kind, port, secret):
 
 
 def test_slow_and_idle_strangers_stall_no_one(tmp_path):
-    job, go, pids = start(tmp_path, clean_env())
+    job, go, pids = start_job(tmp_path, 2, clean_env(), "rank_loop.py")
     held = []
     try:
         listeners, secret = targets(pids)
@@ -86,8 +75,7 @@ def test_slow_and_idle_strangers_stall_no_one(tmp_path):
         for s in held:
             s.close()
         job.stop()
-    assert rc == 0, out
-    assert out.count("put/get verified") == 2, out
+    expect_verified(rc, out, 2)
     before, during = float(line.split()[2]), float(line.split()[4])
     print(f"slowest notify round trip: {before * 1000:.1f} ms before the attack, {during * 1000:.1f} ms during it")
     # The old control server waited up to 5 s on each partial frame, in turn.
@@ -96,7 +84,7 @@ def test_slow_and_idle_strangers_stall_no_one(tmp_path):
 
 
 def test_a_half_open_connection_is_closed_after_its_timeout(tmp_path):
-    job, go, pids = start(tmp_path, clean_env(HIXL_HALF_OPEN_TIMEOUT_MS="1500"))
+    job, go, pids = start_job(tmp_path, 2, clean_env(HIXL_HALF_OPEN_TIMEOUT_MS="1500"), "rank_loop.py")
     try:
         listeners, secret = targets(pids)
         for kind, port, _ in listeners:
@@ -116,7 +104,6 @@ def test_a_half_open_connection_is_closed_after_its_timeout(tmp_path):
         rc, out = job.finish()
     finally:
         job.stop()
-    assert rc == 0, out
-    assert out.count("put/get verified") == 2, out
+    expect_verified(rc, out, 2)
     assert "sent part of a frame and nothing more for 1500 ms" in out, out
     assert "did not complete the authentication handshake in time" in out, out

@@ -7,7 +7,7 @@ get still verify.  Every socket call is bounded; the job is always stopped."""
 import struct
 
 import stranger
-from test_adversary import clean_env, release, start_job
+from test_adversary import clean_env, expect_verified, release, start_job
 
 NOTIFY = 3  # core::ControlMsg::kNotify
 
@@ -68,5 +68,4 @@ def test_a_member_cannot_take_another_ranks_identity(tmp_path):
         rc, out = job.finish()
     finally:
         job.stop()
-    assert rc == 0, out
-    assert out.count("put/get verified") == 2, out
+    expect_verified(rc, out, 2)
