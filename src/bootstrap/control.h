@@ -38,17 +38,21 @@ namespace hixl::bootstrap {
 class ControlAnswer {
  public:
   using Work = std::function<Result<std::string>()>;
-  ControlAnswer(Result<std::string> now) : now_(std::move(now)) {}                  // NOLINT(runtime/explicit)
-  ControlAnswer(std::string reply) : now_(std::move(reply)) {}                      // NOLINT(runtime/explicit)
-  ControlAnswer(Status error) : now_(std::move(error)) {}                           // NOLINT(runtime/explicit)
-  static ControlAnswer Later(Work work) { return ControlAnswer(std::move(work)); }  // work must be callable
+  ControlAnswer(Result<std::string> now) : now_(std::move(now)) {}  // NOLINT(runtime/explicit)
+  ControlAnswer(std::string reply) : now_(std::move(reply)) {}      // NOLINT(runtime/explicit)
+  ControlAnswer(Status error) : now_(std::move(error)) {}           // NOLINT(runtime/explicit)
+  static ControlAnswer Later(Work work) { return ControlAnswer(std::move(work)); }
 
   bool later() const { return static_cast<bool>(work_); }
   Result<std::string>& now() { return now_; }  // when !later()
   Work& work() { return work_; }               // when later()
 
  private:
-  explicit ControlAnswer(Work work) : now_(std::string()), work_(std::move(work)) {}
+  // An empty `work` answers an error at once.
+  explicit ControlAnswer(Work work)
+      : now_(work ? Result<std::string>(std::string())
+                  : Result<std::string>(Status(Errc::kInternal, "a deferred control answer without work"))),
+        work_(std::move(work)) {}
   Result<std::string> now_;
   Work work_;
 };
