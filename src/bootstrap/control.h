@@ -15,6 +15,8 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
+#include <utility>
 
 #include "base/auth.h"
 #include "base/socket.h"
@@ -22,7 +24,43 @@
 
 namespace hixl::bootstrap {
 
-// Runs on the process's event loop thread; the reply (or its error) goes
+// What a handler answers: a reply now (a Result, a reply string or an error
+// Status, as a handler returns them), or Later(work): `work` runs on one of
+// the server's worker threads, off the event loop, and its result is the
+// reply.  Until that reply is sent, the connection's further requests wait
+// (nothing more of it is read beyond one frame); every other connection is
+// served meanwhile.  A connection has at most one answer pending, and the
+// queued work of a connection that closes is dropped unrun, so the work
+// waiting is bounded by the listeners' connection caps; at most
+// kControlWorkers pieces of work run at once (threads "hixl-deferred",
+// started on demand).  `work` must be bounded in time: RemoveListener and
+// the server's destructor wait for it.  It must not call RemoveListener.
+class ControlAnswer {
+ public:
+  using Work = std::function<Result<std::string>()>;
+  ControlAnswer(Result<std::string> now) : now_(std::move(now)) {}  // NOLINT(runtime/explicit)
+  ControlAnswer(std::string reply) : now_(std::move(reply)) {}      // NOLINT(runtime/explicit)
+  ControlAnswer(Status error) : now_(std::move(error)) {}           // NOLINT(runtime/explicit)
+  static ControlAnswer Later(Work work) { return ControlAnswer(std::move(work)); }
+
+  bool later() const { return static_cast<bool>(work_); }
+  Result<std::string>& now() { return now_; }  // when !later()
+  Work& work() { return work_; }               // when later()
+
+ private:
+  // An empty `work` answers an error at once.
+  explicit ControlAnswer(Work work)
+      : now_(work ? Result<std::string>(std::string())
+                  : Result<std::string>(Status(Errc::kInternal, "a deferred control answer without work"))),
+        work_(std::move(work)) {}
+  Result<std::string> now_;
+  Work work_;
+};
+
+// How many deferred answers (ControlAnswer::Later) run at once, per server.
+constexpr size_t kControlWorkers = 4;
+
+// Runs on the process's event loop thread; the answer (or its error) goes
 // back to the caller.  `from` is the id the caller sent (its meaning is the
 // listener's front door's: a world rank, an engine's random connection id;
 // -1 is anonymous).  The server binds each connection to the `from` of its
@@ -31,8 +69,8 @@ namespace hixl::bootstrap {
 // so a handler may take `from` as the connection's identity; whether that id
 // means anything is the handler's to check.  A handler must not block, least
 // of all on a control request of its own (the one thread serves every
-// listener and the store).
-using ControlHandler = std::function<Result<std::string>(int64_t from, uint8_t type, std::string_view payload)>;
+// listener and the store): what must wait answers Later.
+using ControlHandler = std::function<ControlAnswer(int64_t from, uint8_t type, std::string_view payload)>;
 
 // The largest request frame a server reads and the largest reply frame a
 // client reads (a region table of many regions is the largest reply).  A
@@ -53,7 +91,9 @@ class ControlServer {
   static Result<std::unique_ptr<ControlServer>> Start(const std::string& host, ControlHandler handler,
                                                       uint16_t port = 0,
                                                       const auth::MaybeSecret& secret = std::nullopt);
-  ~ControlServer();  // closes every socket; must not be called from a handler
+  // Closes every socket, drops deferred work not started and waits for the
+  // work running; must not be called from a handler or deferred work.
+  ~ControlServer();
 
   struct Listener {
     int id = 0;
@@ -63,8 +103,10 @@ class ControlServer {
   // there go to `handler`.  Thread-safe.
   Result<Listener> AddListener(const std::string& host, uint16_t port, ControlHandler handler);
   // Closes the listener and every connection it accepted.  When this
-  // returns, its handler is not running and never runs again.  Thread-safe;
-  // must not be called from a handler.
+  // returns, its handler is not running and never runs again, and neither
+  // is the deferred work of its connections (work not started is dropped;
+  // work running is waited for).  Thread-safe; must not be called from a
+  // handler or deferred work.
   void RemoveListener(int id);
   // The port of the first listener (0 when none).
   uint16_t port() const;

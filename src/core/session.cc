@@ -208,7 +208,7 @@ Status Session::Listen(const std::string& host, uint16_t port, Delegate* delegat
 
 uint16_t Session::port() const { return server_ ? port_ : 0; }
 
-Result<std::string> Session::Serve(int64_t from, uint8_t type, std::string_view payload) {
+bootstrap::ControlAnswer Session::Serve(int64_t from, uint8_t type, std::string_view payload) {
   switch (static_cast<ControlMsg>(type)) {
     case ControlMsg::kFetchTable: {
       HIXL_ASSIGN_OR_RETURN(Subscriber sub, delegate_->SubscriberFor(from));
@@ -228,9 +228,22 @@ Result<std::string> Session::Serve(int64_t from, uint8_t type, std::string_view 
       if (!peer) return std::string();
       peer->table().Invalidate(m->generation, m->base, m->len);
       // The acknowledgement is the fence: only once our transfers into the
-      // region have finished.
-      HIXL_RETURN_IF_ERROR(peer->Quiesce(opts_.node.timeout_ms));
-      return std::string();
+      // region have finished.  That wait is a worker's, off the event loop
+      // (which serves every other request meanwhile); the requester's
+      // connection waits for it.  The requester's bound counts from now:
+      // time spent queued behind other work comes out of it.
+      const int64_t bound = opts_.node.timeout_ms;
+      const auto asked = std::chrono::steady_clock::now();
+      return bootstrap::ControlAnswer::Later([peer = std::move(peer), bound, asked]() -> Result<std::string> {
+        const int64_t queued =
+            std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - asked).count();
+        if (queued >= bound) {
+          return Err(Errc::kTimeout, "the invalidation from {} waited {} ms for a control worker (bound {} ms)",
+                     peer->who(), queued, bound);
+        }
+        HIXL_RETURN_IF_ERROR(peer->Quiesce(bound - queued));
+        return std::string();
+      });
     }
     case ControlMsg::kNotify: HIXL_RETURN_IF_ERROR(delegate_->Notified(from, payload)); return std::string();
     default: return delegate_->Other(from, type, payload);

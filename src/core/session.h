@@ -70,7 +70,7 @@ class PeerSession {
   Result<const PeerTable::Entry*> Find(uint64_t addr, uint64_t len, int64_t timeout_ms, PeerTable::Pin* pin);
 
   // Makes an invalidation (or Close) of the table a fence, on the thread
-  // that serves it: waits until the operations that were using removed
+  // that serves it (a control worker, or the thread that closes): waits until the operations that were using removed
   // entries have returned, then completes what they left in flight on the
   // transport (Flush(peer)), all bounded by timeout_ms.  kTimeout when
   // either did not finish in time: the peer may then still be reached.
@@ -132,7 +132,7 @@ class Session final {
 
   // What the session asks of its front door while serving a request from
   // `from` (the id the requester's connection is bound to: see
-  // bootstrap::ControlHandler).  Called on the control thread.  Each must
+  // bootstrap::ControlHandler).  Called on the event loop thread.  Each must
   // refuse an id that names none of the door's peers.
   class Delegate {
    public:
@@ -227,7 +227,10 @@ class Session final {
 
  private:
   Session(const Options& options, std::shared_ptr<Node> node) : opts_(options), node_(std::move(node)) {}
-  Result<std::string> Serve(int64_t from, uint8_t type, std::string_view payload);
+  // One request at this door's listener, on the event loop thread.  All are
+  // answered at once but kInvalidate, whose fence (PeerSession::Quiesce)
+  // runs on a control worker (bootstrap::ControlAnswer::Later).
+  bootstrap::ControlAnswer Serve(int64_t from, uint8_t type, std::string_view payload);
 
   const Options opts_;
   const std::shared_ptr<Node> node_;

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <future>
 #include <map>
 #include <thread>
 #include <vector>
@@ -214,6 +216,66 @@ TEST(Session, RefreshesOnAMissAndEverySubscriberForgetsARemovedRegionBeforeRemov
   EXPECT_FALSE(peer.Call(ControlMsg::kHello, "", 10000).ok());
   {
     std::lock_guard lock(d.mu);
+    d.peer.reset();  // keys go before the transports
+  }
+}
+
+// Issue 13: an invalidation whose fence waits (a transfer into the region
+// is still running) holds up no other request of the process: it waits on
+// a control worker, not on the event loop.
+TEST(Session, AnInvalidationWaitingForATransferHoldsUpNoOtherRequest) {
+  LoopDelegate d;
+  auto s = ShmSession(0);
+  ASSERT_TRUE(s);
+  ASSERT_TRUE(s->Listen("127.0.0.1", 0, &d).ok());
+  Session::Choice c = s->Pick(s->Addresses());
+  ASSERT_NE(c.transport, nullptr);
+  ASSERT_TRUE(c.transport->Connect(1, c.address).ok());
+  constexpr int kFrom = 5;
+  auto control = std::make_shared<bootstrap::ControlClient>(kFrom, 1, "127.0.0.1", s->port(), "itself");
+  {
+    std::lock_guard lock(d.mu);
+    d.subscribers[kFrom] = {"itself", control};
+    d.peer = std::make_shared<PeerSession>(1, "itself", c.transport, control);
+  }
+  PeerSession& peer = *d.peer;
+  std::vector<char> buf(8192);
+  const auto base = reinterpret_cast<uint64_t>(buf.data());
+  LocalRegistry::Region r;
+  r.desc.base = base;
+  r.desc.len = buf.size();
+  ASSERT_TRUE(s->AddRegion(r).ok());
+  // A transfer into the region is in flight: it holds the table.
+  PeerTable::Pin pin;
+  auto e = peer.Find(base, 64, 10000, &pin);
+  ASSERT_TRUE(e.ok()) << e.status().message();
+  ASSERT_NE(e.value(), nullptr);
+
+  auto removal = std::async(std::launch::async, [&] { return s->RemoveRegion(base, false); });
+  // The invalidation arrived (the cached table forgot the region on the
+  // loop); its answer waits for the pin.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (peer.table().Find(base, 64) != nullptr && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::yield();
+  }
+  ASSERT_EQ(peer.table().Find(base, 64), nullptr) << "the invalidation never arrived";
+  // Another peer is served meanwhile, well inside the invalidation's wait
+  // (10 s): a blocked loop would time this out.
+  bootstrap::ControlClient other(6, 1, "127.0.0.1", s->port(), "another");
+  const auto t0 = std::chrono::steady_clock::now();
+  auto note = other.Call(Wire(ControlMsg::kNotify), "meanwhile", 5000);
+  ASSERT_TRUE(note.ok()) << note.status().message();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+  EXPECT_EQ(removal.wait_for(std::chrono::seconds(0)), std::future_status::timeout)
+      << "the removal returned while a transfer still held the region";
+  // The transfer ends: the fence completes and the removal returns.
+  pin.Release();
+  ASSERT_EQ(removal.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  Status removed = removal.get();
+  EXPECT_TRUE(removed.ok()) << removed.message();
+  {
+    std::lock_guard lock(d.mu);
+    EXPECT_EQ(d.notes, std::vector<std::string>{"meanwhile"});
     d.peer.reset();  // keys go before the transports
   }
 }
