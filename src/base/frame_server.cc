@@ -39,7 +39,7 @@ Result<std::string> ListenerName(int fd) {
   const auto& un = reinterpret_cast<const sockaddr_un&>(ss);
   const size_t n = len > offsetof(sockaddr_un, sun_path) ? len - offsetof(sockaddr_un, sun_path) : 0;
   if (n == 0) return std::string("an unnamed Unix socket");
-  if (un.sun_path[0] == '\0') return "@" + std::string(un.sun_path + 1, n - 1);
+  if (un.sun_path[0] == '\0') return fmt::format("@{}", std::string_view(un.sun_path + 1, n - 1));
   return std::string(un.sun_path, strnlen(un.sun_path, n));
 }
 }  // namespace

@@ -48,7 +48,7 @@ struct FrameServer::Impl {
     std::string in, out;
     size_t out_off = 0;
     // With options.pass_fds: descriptors received, each with the stream
-    // position of the first byte read with it; descriptors to pass, each
+    // position of a byte of the message that carried it; descriptors to pass, each
     // with the position of its frame's first byte (positions count every
     // byte since the connection began).
     uint64_t in_base = 0, out_base = 0;  // the positions of in[0], out[0]
@@ -303,7 +303,10 @@ struct FrameServer::Impl {
     h.msg_controllen = sizeof(ctrl);
     const ssize_t k = ::recvmsg(c.fd.get(), &h, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
     if (k < 0) return k;
-    const uint64_t at = c.in_base + c.in.size();  // the first byte read now
+    // The kernel ends a read with the message that carried descriptors
+    // (bytes before it may come in the same read): the last byte read is
+    // that message's.
+    const uint64_t at = c.in_base + c.in.size() + static_cast<uint64_t>(k > 0 ? k - 1 : 0);
     for (cmsghdr* m = CMSG_FIRSTHDR(&h); m; m = CMSG_NXTHDR(&h, m)) {
       if (m->cmsg_level != SOL_SOCKET || m->cmsg_type != SCM_RIGHTS) continue;
       const size_t n = (m->cmsg_len - CMSG_LEN(0)) / sizeof(int);
