@@ -50,6 +50,7 @@ struct ShmServer::State {
   const Host* host = nullptr;
   std::string sock_name;
   std::unique_ptr<net::FrameServer> fs;
+  int listener = 0;  // fs's id of the socket; 0 before it is served
   std::shared_ptr<Live> live = std::make_shared<Live>();
   Fd wake, doorbell;
   std::thread thread;
@@ -200,6 +201,7 @@ Result<std::unique_ptr<ShmServer>> ShmServer::Start(const Host* host, const auth
   h.on_close = [st](ConnId id, const std::string&) { st->Queue(Cmd{Cmd::kClose, id, Fd(), 0}); };
   auto added = s->fs->AddListener(std::move(listener.value()), std::move(h));
   if (!added.ok()) return Err(Errc::kTransport, "shm: {}", added.status().message());  // ~ShmServer stops
+  s->listener = added->id;
   return server;
 }
 
@@ -216,9 +218,12 @@ void ShmServer::Stop() {
     s.thread.join();
   }
   if (s.fs) {
+    // The socket and its connections close; no handler (which uses s.fs)
+    // runs after this returns.
+    if (s.listener != 0) s.fs->RemoveListener(s.listener);
     // Replies the thread posted and the loop has not run yet go nowhere.
     s.fs->loop().Call([live = s.live] { live->alive = false; });
-    s.fs.reset();  // the socket and its connections close; no handler runs after
+    s.fs.reset();
   }
 }
 
