@@ -243,7 +243,15 @@ struct FrameServer::Impl {
 
   void OnEvents(Conn& c, int status, int events) {
     if (c.dead) return;
-    if (status < 0) return DropConn(c, fmt::format("its connection failed: {}", uv_strerror(status)), true);
+    if (status < 0) {
+      // libuv says EBADF for an error without data (POLLERR): name the
+      // socket's own error (a reset by the peer is not worth a warning).
+      int err = 0;
+      socklen_t len = sizeof(err);
+      if (::getsockopt(c.fd.get(), SOL_SOCKET, SO_ERROR, &err, &len) != 0 || err == 0) err = -status;
+      return DropConn(c, fmt::format("its connection failed: {}", std::strerror(err)),
+                      err != ECONNRESET && err != EPIPE);
+    }
     if (c.hs) {
       const auth::ServerHandshake::Step step = c.hs->OnReadable(c.fd.get());
       if (step == auth::ServerHandshake::Step::kWaiting) return;
