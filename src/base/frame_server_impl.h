@@ -16,6 +16,7 @@
 #include <optional>
 #include <set>
 
+#include "base/fd_passing.h"
 #include "base/frame_server.h"
 #include "base/log.h"
 
@@ -302,29 +303,14 @@ struct FrameServer::Impl {
   // kMaxFdsQueued waiting for their frames); drops c when it passes more.
   static constexpr size_t kMaxFdsQueued = 4;
   ssize_t RecvWithFds(Conn& c, char* buf, size_t size) {
-    iovec iov{buf, size};
-    msghdr h{};
-    h.msg_iov = &iov;
-    h.msg_iovlen = 1;
-    alignas(cmsghdr) char ctrl[CMSG_SPACE(kMaxFdsQueued * sizeof(int))];
-    h.msg_control = ctrl;
-    h.msg_controllen = sizeof(ctrl);
-    const ssize_t k = ::recvmsg(c.fd.get(), &h, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    std::vector<Fd> fds;
+    bool truncated = false;
+    const ssize_t k = net::RecvWithFds(c.fd.get(), buf, size, kMaxFdsQueued, &fds, &truncated);
     if (k < 0) return k;
-    // The kernel ends a read with the message that carried descriptors
-    // (bytes before it may come in the same read): the last byte read is
-    // that message's.
+    // They belong to the last byte read (base/fd_passing.h).
     const uint64_t at = c.in_base + c.in.size() + static_cast<uint64_t>(k > 0 ? k - 1 : 0);
-    for (cmsghdr* m = CMSG_FIRSTHDR(&h); m; m = CMSG_NXTHDR(&h, m)) {
-      if (m->cmsg_level != SOL_SOCKET || m->cmsg_type != SCM_RIGHTS) continue;
-      const size_t n = (m->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-      for (size_t i = 0; i < n; ++i) {
-        int fd = -1;
-        std::memcpy(&fd, CMSG_DATA(m) + i * sizeof(int), sizeof(int));
-        c.in_fds.emplace_back(at, Fd(fd));  // owned (and closed) from here on
-      }
-    }
-    if ((h.msg_flags & MSG_CTRUNC) || c.in_fds.size() > kMaxFdsQueued) {
+    for (Fd& fd : fds) c.in_fds.emplace_back(at, std::move(fd));
+    if (truncated || c.in_fds.size() > kMaxFdsQueued) {
       DropConn(c, fmt::format("it passed more file descriptors than frames (at most {} waiting)", kMaxFdsQueued), true);
       return -1;
     }
@@ -450,20 +436,7 @@ struct FrameServer::Impl {
       return ::send(c.fd.get(), c.out.data() + c.out_off, len, MSG_NOSIGNAL | MSG_DONTWAIT);
     }
     if (c.out_fds.size() > 1) len = std::min<size_t>(len, c.out_fds[1].first - at);
-    iovec iov{c.out.data() + c.out_off, len};
-    msghdr h{};
-    h.msg_iov = &iov;
-    h.msg_iovlen = 1;
-    alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(int))] = {};
-    h.msg_control = ctrl;
-    h.msg_controllen = sizeof(ctrl);
-    cmsghdr* m = CMSG_FIRSTHDR(&h);
-    m->cmsg_level = SOL_SOCKET;
-    m->cmsg_type = SCM_RIGHTS;
-    m->cmsg_len = CMSG_LEN(sizeof(int));
-    const int fd = c.out_fds.front().second.get();
-    std::memcpy(CMSG_DATA(m), &fd, sizeof(int));
-    const ssize_t k = ::sendmsg(c.fd.get(), &h, MSG_NOSIGNAL | MSG_DONTWAIT);
+    const ssize_t k = SendWithFd(c.fd.get(), c.out.data() + c.out_off, len, c.out_fds.front().second.get());
     if (k > 0) c.out_fds.pop_front();  // it went with the first byte
     return k;
   }
