@@ -1,7 +1,10 @@
 // FrameServer (base/frame_server.h): its options, life and public calls;
 // the work on the loop thread is in frame_server_impl.h.
+#include <sys/un.h>
+
 #include <charconv>
 #include <condition_variable>
+#include <cstddef>
 #include <cstdlib>
 #include <memory>
 #include <mutex>
@@ -20,6 +23,24 @@ Result<int64_t> EnvPositive(const char* name) {
     return Err(Errc::kInvalidArg, "{}={:?} is not a positive integer", name, v);
   }
   return n;
+}
+
+// "port N" for a TCP listener; a Unix socket's name ("@name" when abstract).
+Result<std::string> ListenerName(int fd) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof(ss);
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) {
+    return Err(Errc::kBootstrap, "getsockname() on a listening socket failed: {}", std::strerror(errno));
+  }
+  if (ss.ss_family != AF_UNIX) {
+    HIXL_ASSIGN_OR_RETURN(uint16_t port, LocalPort(fd));
+    return fmt::format("port {}", port);
+  }
+  const auto& un = reinterpret_cast<const sockaddr_un&>(ss);
+  const size_t n = len > offsetof(sockaddr_un, sun_path) ? len - offsetof(sockaddr_un, sun_path) : 0;
+  if (n == 0) return std::string("an unnamed Unix socket");
+  if (un.sun_path[0] == '\0') return fmt::format("@{}", std::string_view(un.sun_path + 1, n - 1));
+  return std::string(un.sun_path, strnlen(un.sun_path, n));
 }
 }  // namespace
 
@@ -101,9 +122,16 @@ Result<FrameServer::Listener> FrameServer::AddListener(Fd listening, Handlers ha
     return Err(Errc::kBootstrap, "{}: fcntl(O_NONBLOCK) on a listening socket failed: {}", impl_->opt.name,
                std::strerror(errno));
   }
-  HIXL_ASSIGN_OR_RETURN(uint16_t port, LocalPort(listening.get()));
+  HIXL_ASSIGN_OR_RETURN(std::string where, ListenerName(listening.get()));
+  uint16_t port = 0;
+  if (where.starts_with("port ")) {
+    Result<uint16_t> p = LocalPort(listening.get());
+    if (!p.ok()) return p.status();
+    port = p.value();
+  }
   auto l = std::make_unique<Impl::Lsn>();
   l->port = port;
+  l->where = std::move(where);
   l->fd = std::move(listening);
   l->h = std::move(handlers);
   l->impl = impl_.get();
@@ -122,7 +150,7 @@ Result<FrameServer::Listener> FrameServer::AddListener(Fd listening, Handlers ha
     }
     impl.lsns.emplace(out.id, std::move(l));
   });
-  if (rc != 0) return Err(Errc::kBootstrap, "{}: uv_poll_init on port {}: {}", impl_->opt.name, port, uv_strerror(rc));
+  if (rc != 0) return Err(Errc::kBootstrap, "{}: uv_poll_init on {}: {}", impl_->opt.name, l->where, uv_strerror(rc));
   return out;
 }
 
@@ -130,9 +158,9 @@ void FrameServer::RemoveListener(int id) {
   impl_->loop->Call([&] { impl_->RemoveLsn(id); });
 }
 
-bool FrameServer::Send(ConnId id, std::string_view payload) {
+bool FrameServer::Send(ConnId id, std::string_view payload, int fd_to_pass) {
   Impl::Conn* c = impl_->Find(id);
-  return c && impl_->SendTo(*c, payload);
+  return c && impl_->SendTo(*c, payload, fd_to_pass);
 }
 
 void FrameServer::Drop(ConnId id, const std::string& why) {

@@ -1,6 +1,7 @@
 // A non-blocking server of length-prefixed frames ([u32 length][payload],
-// as net::SendFrame writes them) on the process's event loop
-// (base/event_loop.h).  The store and the control plane both use it.
+// as net::SendFrame writes them), or of fixed-size frames without a prefix,
+// on the process's event loop (base/event_loop.h).  The store, the control
+// plane and the shm transport's Unix socket use it.
 //
 // What it guarantees, whoever the clients are:
 //  * nothing is read from a connection before it passed the handshake of
@@ -19,7 +20,12 @@
 //    through a frame, or (when asked) does not identify itself within its
 //    timeout is closed; a connection that identified itself may stay idle
 //    for ever (a job's ranks are idle between requests, legitimately);
-//  * out of descriptors (EMFILE, ENFILE), accepting pauses for 100 ms.
+//  * out of descriptors (EMFILE, ENFILE), accepting pauses for 100 ms;
+//  * on a Unix socket, when asked: only processes of this user are let in
+//    (SO_PEERCRED, before the handshake), and file descriptors passed with
+//    SCM_RIGHTS are taken (at most one per frame, given to the frame they
+//    came with) and can be passed with a reply.  The server never looks at
+//    what a received descriptor refers to: its user does, off the loop.
 // Every connection dropped for a reason other than its peer closing it is
 // logged (warn) with the peer's address and the reason.
 #pragma once
@@ -46,6 +52,17 @@ struct FrameServerOptions {
   int64_t handshake_ms = 10000;       // to finish the handshake
   int64_t partial_frame_ms = 10000;   // to finish a frame once begun
   int64_t unbound_ms = 0;             // to call Bind after the handshake; 0: no limit
+  // Frames of exactly this many bytes, without a length prefix, both ways
+  // (the shm socket's fixed messages); 0: length-prefixed frames.  Replies
+  // are then sent as they are given.
+  uint32_t fixed_frame = 0;
+  // Unix sockets: take descriptors passed with SCM_RIGHTS (Handlers::
+  // on_frame_fd gets them) and let Send pass one.  A connection that passes
+  // more than one with a frame is dropped.
+  bool pass_fds = false;
+  // Unix sockets: admit only processes that run as this process's user
+  // (SO_PEERCRED), checked on accept, before the handshake.
+  bool same_user = false;
   // The environment's overrides, for tests and operators:
   // HIXL_MAX_CONNECTIONS (max_conns), HIXL_HALF_OPEN_TIMEOUT_MS (the three
   // timeouts above that are set).  Invalid values are an error.
@@ -61,6 +78,9 @@ class FrameServer {
     std::function<uint32_t(const uint8_t* first)> max_frame;
     // A whole frame (without its length).  The data lives until return.
     std::function<void(ConnId, std::string_view frame)> on_frame;
+    // Instead of on_frame where set (with options.pass_fds): the frame and
+    // the descriptor passed with it (not valid when none was).
+    std::function<void(ConnId, std::string_view frame, Fd fd)> on_frame_fd;
     // The connection is gone (closed by its peer, or dropped); called once
     // per connection that had passed the handshake, never after
     // RemoveListener or the server's end.
@@ -78,7 +98,8 @@ class FrameServer {
     int id = 0;
     uint16_t port = 0;
   };
-  // Serves `listening` (a bound, listening socket; made non-blocking here).
+  // Serves `listening` (a bound, listening socket, TCP or Unix; made
+  // non-blocking here).  A Unix socket's port is 0.
   // Thread-safe.
   Result<Listener> AddListener(Fd listening, Handlers handlers);
   // Closes the listener and its connections; its handlers never run after
@@ -87,8 +108,9 @@ class FrameServer {
 
   // On the loop thread only (from the handlers, or loop().Call):
   // Queues a reply frame; false when the connection is gone (or was just
-  // dropped for not reading its replies).
-  bool Send(ConnId id, std::string_view payload);
+  // dropped for not reading its replies).  fd_to_pass >= 0 (options.pass_fds
+  // only): a copy of it goes with the frame's first byte.
+  bool Send(ConnId id, std::string_view payload, int fd_to_pass = -1);
   // Closes the connection with a warning naming why; on_close runs.
   void Drop(ConnId id, const std::string& why);
   // The connection identified itself: the unbound timeout no longer applies.

@@ -11,10 +11,12 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <optional>
 #include <set>
 
+#include "base/fd_passing.h"
 #include "base/frame_server.h"
 #include "base/log.h"
 
@@ -28,6 +30,7 @@ struct FrameServer::Impl {
   struct Lsn {
     int id = 0;
     uint16_t port = 0;
+    std::string where;  // in log lines: "port N", or a Unix socket's name
     Fd fd;
     Handlers h;
     uv_poll_t poll{};
@@ -45,6 +48,12 @@ struct FrameServer::Impl {
     std::unique_ptr<auth::ServerHandshake> hs;
     std::string in, out;
     size_t out_off = 0;
+    // With options.pass_fds: descriptors received, each with the stream
+    // position of a byte of the message that carried it; descriptors to pass, each
+    // with the position of its frame's first byte (positions count every
+    // byte since the connection began).
+    uint64_t in_base = 0, out_base = 0;  // the positions of in[0], out[0]
+    std::deque<std::pair<uint64_t, Fd>> in_fds, out_fds;
     bool bound = false, paused = false, dead = false;
     Clock::time_point accepted;
     std::optional<Deadline> partial_since;  // a frame is begun
@@ -145,7 +154,7 @@ struct FrameServer::Impl {
         if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
           // The pending connection stays queued and would wake us at once
           // for ever: pause accepting for a moment instead.
-          HIXL_LOG_WARN("{} (port {}): cannot accept a connection ({}); pausing accepting for {} ms", opt.name, l.port,
+          HIXL_LOG_WARN("{} ({}): cannot accept a connection ({}); pausing accepting for {} ms", opt.name, l.where,
                         std::strerror(errno), kAcceptPause.count());
           for (auto& [id, o] : lsns) {
             if (!o->paused) {
@@ -161,7 +170,7 @@ struct FrameServer::Impl {
       Fd owned(fd);
       const std::string peer = auth::PeerName(fd);
       if (l.conns >= opt.max_conns && !EvictUnbound(l)) {
-        HIXL_LOG_WARN("{} (port {}): refused {}: the listener has its {} connections already", opt.name, l.port, peer,
+        HIXL_LOG_WARN("{} ({}): refused {}: the listener has its {} connections already", opt.name, l.where, peer,
                       opt.max_conns);
         continue;  // closed: the queue never fills with connections we would not serve
       }
@@ -196,14 +205,20 @@ struct FrameServer::Impl {
     c->impl = this;
     c->peer = peer;
     c->accepted = Clock::now();
+    if (opt.same_user) {
+      if (Status s = auth::CheckSameUser(fd.get(), peer); !s.ok()) {
+        HIXL_LOG_WARN("{} ({}): refused {}: {}", opt.name, l.where, peer, s.message());
+        return;
+      }
+    }
     c->hs = std::make_unique<auth::ServerHandshake>(opt.secret, opt.kind, opt.handshake_ms);
     if (c->hs->Start(fd.get()) == auth::ServerHandshake::Step::kFailed) {
-      HIXL_LOG_WARN("{} (port {}): refused {}: {}", opt.name, l.port, peer, c->hs->error());
+      HIXL_LOG_WARN("{} ({}): refused {}: {}", opt.name, l.where, peer, c->hs->error());
       return;
     }
     if (c->hs->done()) c->hs.reset();
     if (int rc = uv_poll_init_socket(loop->uv(), &c->poll, fd.get()); rc != 0) {
-      HIXL_LOG_WARN("{} (port {}): refused {}: uv_poll_init: {}", opt.name, l.port, peer, uv_strerror(rc));
+      HIXL_LOG_WARN("{} ({}): refused {}: uv_poll_init: {}", opt.name, l.where, peer, uv_strerror(rc));
       return;
     }
     c->fd = std::move(fd);
@@ -227,19 +242,17 @@ struct FrameServer::Impl {
     });
   }
 
-  // What a failed poll of c means: libuv reports every POLLERR as
-  // UV_EBADF ("bad file descriptor"); the socket's own pending error (a
-  // reset by a peer that died, say) names it.
-  static std::string PollError(Conn& c, int status) {
-    int err = 0;
-    socklen_t len = sizeof(err);
-    if (::getsockopt(c.fd.get(), SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err != 0) return std::strerror(err);
-    return uv_strerror(status);
-  }
-
   void OnEvents(Conn& c, int status, int events) {
     if (c.dead) return;
-    if (status < 0) return DropConn(c, fmt::format("its connection failed: {}", PollError(c, status)), true);
+    if (status < 0) {
+      // libuv says EBADF for an error without data (POLLERR): name the
+      // socket's own error (a reset by the peer is not worth a warning).
+      int err = 0;
+      socklen_t len = sizeof(err);
+      if (::getsockopt(c.fd.get(), SOL_SOCKET, SO_ERROR, &err, &len) != 0 || err == 0) err = -status;
+      return DropConn(c, fmt::format("its connection failed: {}", std::strerror(err)),
+                      err != ECONNRESET && err != EPIPE);
+    }
     if (c.hs) {
       const auth::ServerHandshake::Step step = c.hs->OnReadable(c.fd.get());
       if (step == auth::ServerHandshake::Step::kWaiting) return;
@@ -256,12 +269,13 @@ struct FrameServer::Impl {
     size_t budget = size_t{4} << 20;  // then let the others have a turn
     bool got = false;
     while (budget > 0 && !c.dead) {
-      ssize_t k = ::recv(c.fd.get(), buf, sizeof(buf), MSG_DONTWAIT);
+      ssize_t k = opt.pass_fds ? RecvWithFds(c, buf, sizeof(buf)) : ::recv(c.fd.get(), buf, sizeof(buf), MSG_DONTWAIT);
+      if (c.dead) return;
       if (k > 0) {
         c.in.append(buf, static_cast<size_t>(k));
         got = true;
         budget -= std::min(budget, static_cast<size_t>(k));
-        if (c.paused && c.in.size() > size_t{4} + c.lsn->h.max_frame(nullptr)) {
+        if (c.paused && c.in.size() > MaxFrameBuffered(c)) {
           return DropConn(c, fmt::format("it sent {} bytes while its request was pending", c.in.size()), true);
         }
         if (!c.paused && c.in.size() >= sizeof(buf)) Process(c);  // keeps the buffer near one frame
@@ -280,6 +294,29 @@ struct FrameServer::Impl {
     Process(c, got);
   }
 
+  // The most bytes a paused connection may have buffered: one largest frame.
+  size_t MaxFrameBuffered(const Conn& c) const {
+    return opt.fixed_frame ? opt.fixed_frame : size_t{4} + c.lsn->h.max_frame(nullptr);
+  }
+
+  // recv() that takes the descriptors passed with the bytes (at most
+  // kMaxFdsQueued waiting for their frames); drops c when it passes more.
+  static constexpr size_t kMaxFdsQueued = 4;
+  ssize_t RecvWithFds(Conn& c, char* buf, size_t size) {
+    std::vector<Fd> fds;
+    bool truncated = false;
+    const ssize_t k = net::RecvWithFds(c.fd.get(), buf, size, kMaxFdsQueued, &fds, &truncated);
+    if (k < 0) return k;
+    // They belong to the last byte read (base/fd_passing.h).
+    const uint64_t at = c.in_base + c.in.size() + static_cast<uint64_t>(k > 0 ? k - 1 : 0);
+    for (Fd& fd : fds) c.in_fds.emplace_back(at, std::move(fd));
+    if (truncated || c.in_fds.size() > kMaxFdsQueued) {
+      DropConn(c, fmt::format("it passed more file descriptors than frames (at most {} waiting)", kMaxFdsQueued), true);
+      return -1;
+    }
+    return k;
+  }
+
   // Hands over every whole frame in c.in, checking each header first.
   // got_bytes: bytes came just now (a frame in progress is not stalled).
   void Process(Conn& c, bool got_bytes = true) {
@@ -287,12 +324,14 @@ struct FrameServer::Impl {
     size_t off = 0;
     bool consumed = false;
     const Handlers& h = c.lsn->h;
-    while (!c.dead && !c.paused && c.in.size() - off >= 4) {
-      uint32_t n = 0;
-      std::memcpy(&n, c.in.data() + off, 4);
+    const size_t hdr = opt.fixed_frame ? 0 : 4;
+    while (!c.dead && !c.paused && c.in.size() - off >= std::max<size_t>(hdr, 1)) {
+      uint32_t n = opt.fixed_frame;
+      if (hdr > 0) std::memcpy(&n, c.in.data() + off, 4);
       const bool have_type = c.in.size() - off > 4;
-      const uint32_t limit =
-          have_type ? h.max_frame(reinterpret_cast<const uint8_t*>(c.in.data() + off + 4)) : h.max_frame(nullptr);
+      const uint32_t limit = hdr == 0    ? n
+                             : have_type ? h.max_frame(reinterpret_cast<const uint8_t*>(c.in.data() + off + 4))
+                                         : h.max_frame(nullptr);
       if (n > limit || n > kMaxFrameBytes) {
         return DropConn(
             c,
@@ -300,16 +339,33 @@ struct FrameServer::Impl {
                         have_type ? fmt::format(" of type {}", static_cast<uint8_t>(c.in[off + 4])) : "", limit),
             true);
       }
-      if (c.in.size() - off - 4 < n) break;
+      if (c.in.size() - off - hdr < n) break;
       // A copy: the handler may Send (which may drop) or Pause.
-      const std::string frame = c.in.substr(off + 4, n);
-      off += 4 + size_t{n};
+      const std::string frame = c.in.substr(off + hdr, n);
+      off += hdr + size_t{n};
       consumed = true;
       const ConnId id = c.id;
-      h.on_frame(id, frame);
+      if (h.on_frame_fd) {
+        // The descriptor that came with the frame's bytes, if any.
+        Fd fd;
+        const uint64_t end = c.in_base + off;
+        if (!c.in_fds.empty() && c.in_fds.front().first < end) {
+          fd = std::move(c.in_fds.front().second);
+          c.in_fds.pop_front();
+          if (!c.in_fds.empty() && c.in_fds.front().first < end) {
+            return DropConn(c, "it passed more than one file descriptor with a frame", true);
+          }
+        }
+        h.on_frame_fd(id, frame, std::move(fd));
+      } else {
+        h.on_frame(id, frame);
+      }
       if (c.dead) return;
     }
-    if (off > 0) c.in.erase(0, off);
+    if (off > 0) {
+      c.in.erase(0, off);
+      c.in_base += off;
+    }
     if (c.in.empty()) {
       c.partial_since.reset();
     } else if (consumed || got_bytes || !c.partial_since) {
@@ -318,17 +374,32 @@ struct FrameServer::Impl {
     Reschedule(c);
   }
 
-  bool SendTo(Conn& c, std::string_view payload) {
+  bool SendTo(Conn& c, std::string_view payload, int fd_to_pass) {
     if (c.dead) return false;
-    if (c.out.size() - c.out_off + payload.size() + 4 > opt.max_out) {
+    const size_t hdr = opt.fixed_frame ? 0 : 4;
+    if (c.out.size() - c.out_off + payload.size() + hdr > opt.max_out || c.out_fds.size() >= kMaxFdsQueued) {
       DropConn(c,
-               fmt::format("it does not read its replies ({} bytes queued, at most {})",
-                           c.out.size() - c.out_off + payload.size() + 4, opt.max_out),
+               fmt::format("it does not read its replies ({} bytes and {} descriptors queued, at most {})",
+                           c.out.size() - c.out_off + payload.size() + hdr, c.out_fds.size(), opt.max_out),
                true);
       return false;
     }
-    const uint32_t n = static_cast<uint32_t>(payload.size());
-    c.out.append(reinterpret_cast<const char*>(&n), 4);
+    if (fd_to_pass >= 0) {
+      // A copy: the caller's may be closed before the frame goes.
+      Fd copy(::fcntl(fd_to_pass, F_DUPFD_CLOEXEC, 0));
+      if (!copy.valid() || !opt.pass_fds || payload.empty()) {
+        DropConn(c,
+                 fmt::format("its reply's file descriptor could not be passed: {}",
+                             copy.valid() ? "not a Unix socket server that passes them" : std::strerror(errno)),
+                 true);
+        return false;
+      }
+      c.out_fds.emplace_back(c.out_base + c.out.size(), std::move(copy));
+    }
+    if (hdr > 0) {
+      const uint32_t n = static_cast<uint32_t>(payload.size());
+      c.out.append(reinterpret_cast<const char*>(&n), 4);
+    }
     c.out.append(payload);
     Flush(c);
     return !c.dead;
@@ -336,7 +407,7 @@ struct FrameServer::Impl {
 
   void Flush(Conn& c) {
     while (!c.dead && c.out_off < c.out.size()) {
-      ssize_t k = ::send(c.fd.get(), c.out.data() + c.out_off, c.out.size() - c.out_off, MSG_NOSIGNAL | MSG_DONTWAIT);
+      ssize_t k = SendSome(c);
       if (k > 0) {
         c.out_off += static_cast<size_t>(k);
         continue;
@@ -347,21 +418,34 @@ struct FrameServer::Impl {
       return DropConn(c, fmt::format("its connection failed: {}", std::strerror(err)),
                       err != EPIPE && err != ECONNRESET);
     }
-    if (c.out_off == c.out.size()) {
-      c.out.clear();
-      c.out_off = 0;
-    } else if (c.out_off > (size_t{1} << 20)) {
+    if (c.out_off == c.out.size() || c.out_off > (size_t{1} << 20)) {
       c.out.erase(0, c.out_off);
+      c.out_base += c.out_off;
       c.out_off = 0;
     }
     if (!c.dead) Watch(c);
+  }
+
+  // One send of c's queued bytes: up to the next descriptor to pass, or
+  // from it (with it) up to the one after.
+  ssize_t SendSome(Conn& c) {
+    const uint64_t at = c.out_base + c.out_off;
+    size_t len = c.out.size() - c.out_off;
+    if (c.out_fds.empty() || c.out_fds.front().first != at) {
+      if (!c.out_fds.empty()) len = std::min<size_t>(len, c.out_fds.front().first - at);
+      return ::send(c.fd.get(), c.out.data() + c.out_off, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+    }
+    if (c.out_fds.size() > 1) len = std::min<size_t>(len, c.out_fds[1].first - at);
+    const ssize_t k = SendWithFd(c.fd.get(), c.out.data() + c.out_off, len, c.out_fds.front().second.get());
+    if (k > 0) c.out_fds.pop_front();  // it went with the first byte
+    return k;
   }
 
   // Closes c (its memory goes in its handle's close callback).  on_close
   // runs unless it never passed the handshake.
   void DropConn(Conn& c, const std::string& why, bool warn, const char* verb = "dropping") {
     if (c.dead) return;
-    if (warn) HIXL_LOG_WARN("{} (port {}): {} {}: {}", opt.name, c.lsn->port, verb, c.peer, why);
+    if (warn) HIXL_LOG_WARN("{} ({}): {} {}: {}", opt.name, c.lsn->where, verb, c.peer, why);
     const bool tell = !c.hs;
     Forget(c);
     if (tell && c.lsn->h.on_close) c.lsn->h.on_close(c.id, why);

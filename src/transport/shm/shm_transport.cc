@@ -1,23 +1,13 @@
 #include "transport/shm/shm_transport.h"
 
-#include <errno.h>
-#include <fcntl.h>
-#include <poll.h>
-#include <pthread.h>
-#include <sys/eventfd.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <fstream>
-#include <map>
 #include <mutex>
-#include <optional>
 #include <random>
-#include <thread>
 #include <vector>
 
 #include "base/auth.h"
@@ -29,12 +19,11 @@
 #include "transport/shm/options.h"
 #include "transport/shm/peer.h"
 #include "transport/shm/relay.h"
+#include "transport/shm/shm_server.h"
 
 namespace hixl::transport::shm {
 
 namespace {
-
-using net::Fd;
 
 // ---------------------------------------------------------------- helpers
 
@@ -62,16 +51,7 @@ class ShmTransport final : public Transport {
     host_id_ = HostIdentity();
     std::random_device rd;
     sock_name_ = fmt::format("hixl-{}-{:08x}{:08x}", ::getpid(), rd(), rd());
-    auto listener = ListenAt(sock_name_);
-    if (!listener.ok()) return Err(Errc::kTransport, "shm: {}", listener.status().message());
-    listener_ = std::move(listener.value());
-    wake_ = Fd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-    doorbell_ = Fd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-    if (!wake_.valid() || !doorbell_.valid()) {
-      return Err(Errc::kTransport, "shm: eventfd failed: {}", std::strerror(errno));
-    }
-    thread_ = std::thread([this] { Run(); });
-    ::pthread_setname_np(thread_.native_handle(), "hixl-shm");  // one per node: tests count them
+    HIXL_ASSIGN_OR_RETURN(server_, ShmServer::Start(host_, secret_, sock_name_));
     return Status::Ok();
   }
 
@@ -115,14 +95,7 @@ class ShmTransport final : public Transport {
       if (options_.thp) AdviseHugePages(region.base, region.len);
       return std::string();
     }
-    {
-      std::lock_guard lock(segments_mu_);
-      if (!segments_.count(region.segment_id)) {
-        int fd = ::fcntl(region.backing_fd, F_DUPFD_CLOEXEC, 0);
-        if (fd < 0) return Err(Errc::kTransport, "shm: dup of a heap segment failed: {}", std::strerror(errno));
-        segments_.emplace(region.segment_id, std::make_pair(Fd(fd), region.segment_size));
-      }
-    }
+    HIXL_RETURN_IF_ERROR(server_->AddSegment(region.segment_id, region.backing_fd, region.segment_size));
     net::Writer w;
     w.Put<uint32_t>(region.segment_id).Put<uint64_t>(region.segment_offset).Put<uint64_t>(region.segment_size);
     return std::move(w.str());
@@ -298,12 +271,7 @@ class ShmTransport final : public Transport {
   }
 
   void Shutdown() override {
-    if (thread_.joinable()) {
-      uint64_t one = 1;
-      ssize_t w = ::write(wake_.get(), &one, sizeof(one));
-      (void)w;
-      thread_.join();
-    }
+    if (server_) server_->Stop();
   }
 
  private:
@@ -322,148 +290,6 @@ class ShmTransport final : public Transport {
 
   RelayContext Relay() { return RelayContext{host_, &relay_channels_}; }
 
-  // --- the progress thread (target side)
-
-  // Connections served at once (docs/limits.md): a rank connects once per
-  // peer process of its host.  The socket's requests are read only when a
-  // whole message is there (a short one ends its connection), so a client
-  // that stops half-way holds up nobody.
-  static constexpr size_t kMaxServed = 256;
-  std::optional<net::Deadline> accept_resume;  // accepting paused until then; the thread's
-
-  struct Served {
-    Fd conn;
-    Mapping channel;  // set once the origin opened a relay
-    uint32_t next = 0;
-    std::unique_ptr<auth::ServerHandshake> hs;  // until it has authenticated
-  };
-
-  void Run() {
-    std::vector<std::unique_ptr<Served>> conns;
-    while (true) {
-      std::vector<pollfd> pfds;
-      pfds.push_back({wake_.get(), POLLIN, 0});
-      if (accept_resume && net::Clock::now() >= *accept_resume) accept_resume.reset();
-      // A negative fd is ignored by poll: accepting is paused after EMFILE.
-      pfds.push_back({accept_resume ? -1 : listener_.get(), POLLIN, 0});
-      pfds.push_back({doorbell_.get(), POLLIN, 0});
-      std::optional<net::Deadline> next = accept_resume;  // the first handshake to expire, or the pause's end
-      for (auto& c : conns) {
-        pfds.push_back({c->conn.get(), POLLIN, 0});
-        if (c->hs && (!next || c->hs->deadline() < *next)) next = c->hs->deadline();
-      }
-      if (::poll(pfds.data(), pfds.size(), next ? std::max(1, net::MsLeft(*next)) : -1) < 0) {
-        if (errno == EINTR) continue;
-        HIXL_LOG_ERROR("shm progress thread: poll failed: {}", std::strerror(errno));
-        return;
-      }
-      if (pfds[0].revents) return;
-      if (pfds[1].revents & POLLIN) {
-        int fd = ::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC);
-        if (fd >= 0 && conns.size() >= kMaxServed) {
-          // Accepted and closed at once, so that the queue never fills.
-          HIXL_LOG_WARN("hixl shm socket {}: refused {}: the socket has its {} connections already", sock_name_,
-                        auth::PeerName(fd), kMaxServed);
-          ::close(fd);
-        } else if (fd >= 0) {
-          auto s = std::make_unique<Served>();
-          s->conn = Fd(fd);
-          if (Admit(s.get())) conns.push_back(std::move(s));
-        } else if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-          // The pending connection would wake poll at once for ever: pause.
-          HIXL_LOG_WARN("hixl shm socket {}: cannot accept a connection ({}); pausing accepting for 100 ms", sock_name_,
-                        std::strerror(errno));
-          accept_resume = net::DeadlineIn(100);
-        }
-      }
-      if (pfds[2].revents & POLLIN) {
-        uint64_t count;
-        ssize_t r = ::read(doorbell_.get(), &count, sizeof(count));
-        (void)r;
-      }
-      // Serve the relay channels every time round: cheap when idle.
-      for (auto& c : conns) ServeRelay(c->channel, &c->next, *host_);
-      for (size_t i = 0; i < conns.size(); ++i) {
-        if (i + 3 >= pfds.size()) continue;
-        if (conns[i]->hs) {
-          if (!Authenticate(conns[i].get(), pfds[i + 3].revents != 0)) conns[i].reset();
-          continue;
-        }
-        if (!pfds[i + 3].revents) continue;
-        if (!ServeRequest(conns[i].get())) conns[i].reset();
-      }
-      const size_t had = conns.size();
-      std::erase_if(conns, [](const auto& c) { return c == nullptr; });
-      if (conns.size() < had) accept_resume.reset();  // a descriptor came free
-    }
-  }
-
-  // A new connection: without a secret only this user is admitted; then the
-  // handshake of base/auth.h starts.  False (logged) when refused.
-  bool Admit(Served* c) {
-    const int fd = c->conn.get();
-    if (!secret_) {
-      if (Status s = auth::CheckSameUser(fd, auth::PeerName(fd)); !s.ok()) {
-        HIXL_LOG_WARN("hixl shm socket {}: refused a connection: {}", sock_name_, s.message());
-        return false;
-      }
-    }
-    c->hs = std::make_unique<auth::ServerHandshake>(secret_, auth::Kind::kShm);
-    if (c->hs->Start(fd) == auth::ServerHandshake::Step::kFailed) {
-      HIXL_LOG_WARN("hixl shm socket {}: refused {}: {}", sock_name_, auth::PeerName(fd), c->hs->error());
-      return false;
-    }
-    if (c->hs->done()) c->hs.reset();
-    return true;
-  }
-
-  // Advances a connection's handshake (no request is read before it is
-  // done); false (logged) when the peer failed it or ran out of time.
-  bool Authenticate(Served* c, bool readable) {
-    auto step = readable ? c->hs->OnReadable(c->conn.get()) : auth::ServerHandshake::Step::kWaiting;
-    if (step == auth::ServerHandshake::Step::kDone) {
-      c->hs.reset();
-      return true;
-    }
-    std::string why = c->hs->error();
-    if (step == auth::ServerHandshake::Step::kWaiting) {
-      if (net::Clock::now() < c->hs->deadline()) return true;
-      why = "it did not complete the authentication handshake in time";
-    }
-    HIXL_LOG_WARN("hixl shm socket {}: refused {}: {}", sock_name_, auth::PeerName(c->conn.get()), why);
-    return false;
-  }
-
-  bool ServeRequest(Served* c) {
-    Msg m, reply;
-    Fd fd;
-    if (!RecvMsg(c->conn.get(), &m, &fd, net::DeadlineIn(5000)).ok()) return false;
-    int pass = -1;
-    reply.type = m.type;
-    if (m.type == kGetSegment) {
-      std::lock_guard lock(segments_mu_);
-      auto it = segments_.find(static_cast<uint32_t>(m.a));
-      if (it == segments_.end()) {
-        reply.status = HIXL_ERR_INVALID_ARG;
-      } else {
-        pass = it->second.first.get();
-        reply.a = it->second.second;
-      }
-    } else if (m.type == kOpenRelay && fd.valid()) {
-      auto map = AcceptRelayChannel(fd.get(), m.a);
-      if (!map.ok()) {
-        reply.status = static_cast<int32_t>(map.status().code());
-      } else {
-        c->channel = std::move(map.value());
-        c->next = 0;
-        pass = doorbell_.get();
-      }
-    } else {
-      reply.status = HIXL_ERR_INVALID_ARG;
-    }
-    return SendMsg(c->conn.get(), reply, pass, net::DeadlineIn(5000)).ok();
-  }
-
   Host* const host_;
   const ShmOptions options_;
   const auth::MaybeSecret secret_;
@@ -478,15 +304,11 @@ class ShmTransport final : public Transport {
                                       .batch = true};
   std::string host_id_;
   std::string sock_name_;
-  Fd listener_, wake_, doorbell_;
-  std::thread thread_;
+  std::unique_ptr<ShmServer> server_;  // the socket (on the event loop) and the relay thread
 
   std::mutex peers_mu_;
   std::vector<std::shared_ptr<Peer>> peers_;  // by rank; null when not connected
   std::atomic<int> relay_channels_{0};        // relay channels open (until Disconnect)
-
-  std::mutex segments_mu_;
-  std::map<uint32_t, std::pair<Fd, uint64_t>> segments_;  // id -> (memfd, size)
 };
 
 }  // namespace
