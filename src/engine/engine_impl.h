@@ -52,6 +52,7 @@
 #include "bootstrap/control.h"
 #include "bootstrap/env.h"
 #include "core/notify_queue.h"
+#include "core/peer_watch.h"
 #include "core/session.h"
 
 namespace hixl {
@@ -94,6 +95,7 @@ struct Engine::Impl final : private core::Session::Delegate {
     int64_t our_id_there = -1;
     std::shared_ptr<core::PeerSession> peer;  // its transport, control client and region table
     bool owns_peer_id = false;                // peer->id() was taken for it (not the node's self id)
+    uint64_t watch = 0;                       // its key in the peer watch (0: not watched)
     // Held while the transport lets go of the peer; `released` once
     // Disconnect gave the id back (which a new connection may then take).
     std::mutex release_mu;
@@ -119,6 +121,7 @@ struct Engine::Impl final : private core::Session::Delegate {
   struct Client {
     std::string name;
     std::shared_ptr<bootstrap::ControlClient> callback;
+    uint64_t watch = 0;  // its key in the peer watch (0: not watched)
   };
 
   // An asynchronous transfer.
@@ -158,6 +161,13 @@ struct Engine::Impl final : private core::Session::Delegate {
   static constexpr size_t kMaxClients = 4096;
 
   core::NotifyQueue<NotifyDesc> notifies;  // closed by Finalize, which wakes WaitNotifies
+
+  // The process's peer watch (core/peer_watch.h), held from the first peer
+  // on: a peer that dies without a goodbye (neither Disconnect nor
+  // Finalize), either way of the connection, is an alert on `notifies`
+  // that ends a WaitNotifies.  Never called with conns_mu or clients_mu held.
+  std::mutex watch_mu;
+  std::shared_ptr<core::PeerWatch> watch;  // guarded by watch_mu
 
   std::mutex req_mu;
   std::condition_variable req_cv;
@@ -199,6 +209,15 @@ struct Engine::Impl final : private core::Session::Delegate {
   Result<std::string> Other(int64_t from, uint8_t type, std::string_view payload) override;
 
   Result<std::string> Hello(std::string_view payload);
+  // Watches the control endpoint host:port of peer `who`; `died` runs on
+  // the watcher thread if it dies.  0 when it cannot be watched.
+  uint64_t WatchPeer(const std::string& host, uint16_t port, const std::string& who, core::PeerWatch::OnDead died);
+  void Unwatch(uint64_t key);
+  // A watched peer died: the connection `id` (we connected to it) or the
+  // client `id` (it connected to us), when it is still one; an alert for
+  // WaitNotifies naming it.
+  void ConnDied(int64_t id, const std::string& why);
+  void ClientDied(int64_t id, const std::string& why);
   std::shared_ptr<Conn> ConnById(int64_t id);
   // Whether `from` is one of our clients; logs a refusal when not.
   bool KnownClient(int64_t from, const char* what);
