@@ -61,10 +61,13 @@ struct PeerWatch::Impl {
 
   enum class Outcome { kAlive, kDead, kUnsure };
   // Dials an entry's endpoint: a connection that passed the handshake, or
-  // why not.  Blocks up to kRedialMs for each of connect and handshake.
+  // why not.  Blocks up to kRedialMs.
   static Outcome Dial(const Entry& e, bool after_close, net::Fd* out, std::string* why) {
     const std::string where = fmt::format("{}:{}", e.host, e.port);
-    auto fd = net::Connect(e.host, e.port, net::DeadlineIn(kRedialMs), /*retry_refused=*/false);
+    // One bound for the connection and its handshake: the watcher's end
+    // (and so a Finalize) waits at most that long for a dial in progress.
+    const net::Deadline deadline = net::DeadlineIn(kRedialMs);
+    auto fd = net::Connect(e.host, e.port, deadline, /*retry_refused=*/false);
     if (!fd.ok()) {
       const bool refused = fd.status().code() == Errc::kPeerFailed;
       *why = fmt::format(
@@ -73,7 +76,7 @@ struct PeerWatch::Impl {
           fd.status().message());
       return refused || after_close ? Outcome::kDead : Outcome::kUnsure;
     }
-    Status hs = auth::ClientHandshake(fd->get(), e.secret, auth::Kind::kControl, net::DeadlineIn(kRedialMs),
+    Status hs = auth::ClientHandshake(fd->get(), e.secret, auth::Kind::kControl, deadline,
                                       fmt::format("{} at {}", e.who, where));
     if (!hs.ok()) {
       *why = hs.message();
@@ -135,7 +138,15 @@ struct PeerWatch::Impl {
         }
       }
       if (!due.empty()) {
-        for (auto& [key, copy] : due) Settle(key, copy);
+        for (auto& [key, copy] : due) {
+          {
+            // Not for an entry unwatched meanwhile, nor after the end.
+            std::lock_guard lock(mu);
+            if (stop) return;
+            if (!entries.count(key)) continue;
+          }
+          Settle(key, copy);
+        }
         continue;
       }
       if (::poll(pfds.data(), pfds.size(), timeout) < 0 && errno != EINTR) {

@@ -18,6 +18,10 @@
 // connection cap it is among the first closed to make room, and is then
 // dialled again.
 //
+// Dials are made one at a time, each bounded by kRedialMs: a peer that
+// accepts but never greets (stopped) costs the watcher that long per try
+// (backing off to one try per 8 s), and delays what it learns of others.
+//
 // Thread-safe.  Watch and Unwatch never block on the network (they may be
 // called on the event loop thread); callbacks run on the watcher thread,
 // one at a time, and must not call Unwatch nor block.
