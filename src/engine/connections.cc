@@ -232,6 +232,11 @@ Result<std::string> Engine::Impl::Hello(std::string_view payload) {
   // The client listens there before it says hello: a call back refused
   // later means it is gone, found at once instead of by the timeout.
   c.callback->PeerListensAlready();
+  auto listens = engine::ParseEngine("hello", h->name);
+  c.death_key = listens.ok() && listens.value().port != 0
+                    ? h->name
+                    : fmt::format("{} via {}:{}", h->name, h->callback_host, h->callback_port);
+  ForgetDeath(c.death_key);
   // Watched through that endpoint: its death ends our WaitNotifies.
   c.watch = WatchPeer(h->callback_host, h->callback_port, "engine " + h->name,
                       [this, id](const std::string& why) { ClientDied(id, why); });
@@ -266,20 +271,34 @@ void Engine::Impl::ConnDied(int64_t id, const std::string& why) {
     if (it == conns_by_id.end()) return;  // disconnected meanwhile
     name = it->second->name;
   }
-  notifies.Alert(
-      fmt::format("Engine::WaitNotifies: engine {} (which engine {} connected to) died: {}", name, local_name, why));
+  TellDeath(name, fmt::format("Engine::WaitNotifies: engine {} (which engine {} connected to) died: {}", name,
+                              local_name, why));
 }
 
 void Engine::Impl::ClientDied(int64_t id, const std::string& why) {
-  std::string name;
+  std::string name, key;
   {
     std::lock_guard lock(clients_mu);
     auto it = clients.find(id);
     if (it == clients.end()) return;  // it said goodbye meanwhile
     name = it->second.name;
+    key = it->second.death_key;
   }
-  notifies.Alert(
-      fmt::format("Engine::WaitNotifies: engine {} (connected to engine {}) died: {}", name, local_name, why));
+  TellDeath(key,
+            fmt::format("Engine::WaitNotifies: engine {} (connected to engine {}) died: {}", name, local_name, why));
+}
+
+void Engine::Impl::TellDeath(const std::string& key, std::string alert) {
+  {
+    std::lock_guard lock(dead_mu);
+    if (!told_dead.insert(key).second) return;
+  }
+  notifies.Alert(std::move(alert));
+}
+
+void Engine::Impl::ForgetDeath(const std::string& key) {
+  std::lock_guard lock(dead_mu);
+  told_dead.erase(key);
 }
 
 // ------------------------------------------------------------- memory
@@ -353,6 +372,8 @@ Status Engine::Impl::Connect(const std::string& remote, int32_t timeout_ms) {
   }
   conns[remote] = c;
   conns_by_id[c->id] = c;
+  lock.unlock();
+  ForgetDeath(remote);
   return Status::Ok();
 }
 
@@ -416,9 +437,11 @@ Status Engine::Impl::Dial(const std::string& remote, const engine::HostPort& hp,
     }
   }
   c->owns_peer_id = !choice.self;
-  c->peer = std::make_shared<core::PeerSession>(
-      peer_id, who, choice.transport,
-      std::make_shared<bootstrap::ControlClient>(r->id_for_client, id, hp.host, hp.port, who, cfg.secret));
+  auto control = std::make_shared<bootstrap::ControlClient>(r->id_for_client, id, hp.host, hp.port, who, cfg.secret);
+  // It answered there: a refused connection later means it is gone, found
+  // at once instead of by retrying until the call's timeout.
+  control->PeerListensAlready();
+  c->peer = std::make_shared<core::PeerSession>(peer_id, who, choice.transport, std::move(control));
   return Status::Ok();
 }
 

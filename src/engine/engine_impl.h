@@ -42,6 +42,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <shared_mutex>
 #include <string>
 #include <thread>
@@ -121,7 +122,8 @@ struct Engine::Impl final : private core::Session::Delegate {
   struct Client {
     std::string name;
     std::shared_ptr<bootstrap::ControlClient> callback;
-    uint64_t watch = 0;  // its key in the peer watch (0: not watched)
+    uint64_t watch = 0;     // its key in the peer watch (0: not watched)
+    std::string death_key;  // see told_dead
   };
 
   // An asynchronous transfer.
@@ -168,6 +170,11 @@ struct Engine::Impl final : private core::Session::Delegate {
   // that ends a WaitNotifies.  Never called with conns_mu or clients_mu held.
   std::mutex watch_mu;
   std::shared_ptr<core::PeerWatch> watch;  // guarded by watch_mu
+  // The deaths told, by engine address (a client that does not listen: its
+  // name and callback endpoint), so that an engine connected both ways is
+  // told dead once; a new Connect or hello under the address forgets it.
+  std::mutex dead_mu;
+  std::set<std::string> told_dead;  // guarded by dead_mu
 
   std::mutex req_mu;
   std::condition_variable req_cv;
@@ -218,6 +225,9 @@ struct Engine::Impl final : private core::Session::Delegate {
   // WaitNotifies naming it.
   void ConnDied(int64_t id, const std::string& why);
   void ClientDied(int64_t id, const std::string& why);
+  // Queues the alert unless the death of `key` was told already.
+  void TellDeath(const std::string& key, std::string alert);
+  void ForgetDeath(const std::string& key);
   std::shared_ptr<Conn> ConnById(int64_t id);
   // Whether `from` is one of our clients; logs a refusal when not.
   bool KnownClient(int64_t from, const char* what);

@@ -298,8 +298,14 @@ TEST_P(DeadPeerTest, AServerKilledDuringWaitNotifiesEndsItPromptlyNamingIt) {
   EXPECT_TRUE(got.empty());
   // Told once: the next wait is an ordinary timeout.
   EXPECT_EQ(e.WaitNotifies(got, 200), hixl::TIMEOUT) << hixl::Engine::LastError();
-  // Its calls to the dead engine still fail naming it, and Disconnect works.
-  EXPECT_NE(e.SendNotify(p.engine, {"n", "m"}, 5000), hixl::SUCCESS);
+  // A call to the dead engine fails naming it, at once (its address
+  // refuses: not a retry until the call's timeout), and Disconnect works.
+  const Outcome send = Measure([&] { return e.SendNotify(p.engine, {"n", "m"}, 5000); });
+  std::printf("[ %s ] SendNotify to it then: %lld ms: %s\n", GetParam().name, static_cast<long long>(send.ms),
+              send.why.c_str());
+  EXPECT_EQ(send.code, HIXL_ERR_PEER_FAILED) << send.why;
+  EXPECT_NE(send.why.find(p.engine), std::string::npos) << send.why;
+  EXPECT_LT(send.ms, 5000 / 2) << send.why;
   EXPECT_EQ(e.Disconnect(p.engine, 2000), hixl::SUCCESS) << hixl::Engine::LastError();
 }
 
@@ -336,6 +342,22 @@ TEST_P(DeadPeerTest, AClientKilledDuringWaitNotifiesEndsItPromptlyNamingIt) {
   const Outcome o = WaitFor(e, &got);
   killer.join();
   ExpectDeathTold(GetParam().name, "a client that connected to it", o, p.engine);
+}
+
+// An engine connected both ways (it to us, and we to it) is one death.
+TEST_P(DeadPeerTest, AnEngineConnectedBothWaysIsToldDeadOnce) {
+  hixl::Engine e;
+  const std::string name = Init(e, true);
+  ASSERT_FALSE(HasFailure());
+  PeerProc& p = Start(4096);
+  ASSERT_EQ(p.Cmd("connect " + name), "OK");
+  ASSERT_EQ(e.Connect(p.engine, 10000), hixl::SUCCESS) << hixl::Engine::LastError();
+  Kill(p);
+  std::vector<hixl::NotifyDesc> got;
+  const Outcome o = WaitFor(e, &got);
+  ExpectDeathTold(GetParam().name, "an engine connected both ways", o, p.engine);
+  const Outcome again = WaitFor(e, &got, 1000);
+  EXPECT_EQ(again.status, hixl::TIMEOUT) << again.why;
 }
 
 // Peers that leave cleanly (Disconnect, Finalize; of theirs or ours) are
