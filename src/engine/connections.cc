@@ -114,8 +114,12 @@ void Engine::Impl::Teardown() {
     late.swap(clients);
   }
   for (auto& [id, c] : late) Unwatch(c.watch);
-  std::lock_guard lock(watch_mu);
-  watch.reset();
+  std::shared_ptr<core::PeerWatch> last;
+  {
+    std::lock_guard lock(watch_mu);
+    last.swap(watch);
+  }
+  last.reset();  // the last holder joins its thread here, with no lock held
 }
 
 // ------------------------------------------------------- control requests
