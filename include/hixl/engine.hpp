@@ -162,7 +162,11 @@ class Engine {
   // Takes every queued notification (none is not an error) without waiting.
   EngineStatus GetNotifies(std::vector<NotifyDesc>& notifies);
   // hixl's addition: waits up to timeout_ms for at least one, then takes them
-  // all (TIMEOUT when none came).
+  // all (TIMEOUT when none came).  An engine of another process that this
+  // one connected to, or that connected to this one, and that died without
+  // a goodbye (its Disconnect or Finalize; or ours) ends the wait when no
+  // notification is queued: FAILED (LastErrorCode() HIXL_ERR_PEER_FAILED),
+  // LastError() naming it; each death once.  GetNotifies never reports one.
   EngineStatus WaitNotifies(std::vector<NotifyDesc>& notifies, int32_t timeout_ms);
 
   // The calling thread's last failure, in words ("" after a success).  The

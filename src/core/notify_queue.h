@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <deque>
 #include <mutex>
+#include <string>
 #include <vector>
 
 namespace hixl::core {
@@ -35,18 +36,45 @@ class NotifyQueue {
     return true;
   }
 
-  enum class Taken { kTaken, kTimedOut, kClosed };
+  // Something that ends a wait early (a peer died), in words: the next
+  // waiting Take that finds no item takes it (each alert once, oldest
+  // first); items queued before or after it are taken first.  At most
+  // kMaxAlerts wait; beyond, the last one counts the others.
+  static constexpr size_t kMaxAlerts = 1024;
+  void Alert(std::string why) {
+    {
+      std::lock_guard lock(mu_);
+      if (alerts_.size() < kMaxAlerts) {
+        alerts_.push_back(std::move(why));
+      } else {
+        alerts_.back() += "; and another: " + why.substr(0, 200);
+        if (alerts_.back().size() > 8192) alerts_.back().resize(8192);
+      }
+    }
+    cv_.notify_all();
+  }
+
+  enum class Taken { kTaken, kTimedOut, kClosed, kAlert };
 
   // Moves up to max items, oldest first, onto the end of *out.  With `wait`
   // and an empty queue, first waits up to timeout_ms for an item; kTimedOut
-  // when none came, kClosed when Close() was called and none is left.
-  Taken Take(size_t max, bool wait, int64_t timeout_ms, std::vector<T>* out) {
+  // when none came, kClosed when Close() was called and none is left.  With
+  // `alert` (and `wait`), a pending alert ends the wait when no item is
+  // there: kAlert, with the alert moved into *alert.
+  Taken Take(size_t max, bool wait, int64_t timeout_ms, std::vector<T>* out, std::string* alert = nullptr) {
     std::unique_lock lock(mu_);
     if (wait && items_.empty()) {
-      if (!cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] { return !items_.empty() || closed_; })) {
+      const auto alerted = [&] { return alert && !alerts_.empty(); };
+      if (!cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms),
+                        [&] { return !items_.empty() || closed_ || alerted(); })) {
         return Taken::kTimedOut;
       }
-      if (items_.empty()) return Taken::kClosed;
+      if (items_.empty()) {
+        if (closed_ || !alerted()) return Taken::kClosed;
+        *alert = std::move(alerts_.front());
+        alerts_.pop_front();
+        return Taken::kAlert;
+      }
     }
     while (!items_.empty() && out->size() < max) {
       out->push_back(std::move(items_.front()));
@@ -73,6 +101,7 @@ class NotifyQueue {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<T> items_;
+  std::deque<std::string> alerts_;
   size_t depth_;
   bool closed_ = false;
 };

@@ -71,6 +71,12 @@ void Engine::Impl::Teardown() {
     std::lock_guard lock(clients_mu);
     cl.swap(clients);
   }
+  // Nobody is watched any more (a goodbye that goes unanswered is no death
+  // to report), and no callback of the watch runs after this.
+  for (auto& [name, c] : cs) {
+    if (c) Unwatch(c->watch);
+  }
+  for (auto& [id, c] : cl) Unwatch(c.watch);
   // Every goodbye at once, under one short bound: however many clients
   // there are (at most kMaxClients), and whether or not their callback
   // addresses answer, Finalize waits `quick` for them in all.
@@ -101,6 +107,19 @@ void Engine::Impl::Teardown() {
     session->ReleaseAllRegions();
     session.reset();
   }
+  // Clients whose hello came meanwhile (the listener is closed now).
+  std::map<int64_t, Client> late;
+  {
+    std::lock_guard lock(clients_mu);
+    late.swap(clients);
+  }
+  for (auto& [id, c] : late) Unwatch(c.watch);
+  std::shared_ptr<core::PeerWatch> last;
+  {
+    std::lock_guard lock(watch_mu);
+    last.swap(watch);
+  }
+  last.reset();  // the last holder joins its thread here, with no lock held
 }
 
 // ------------------------------------------------------- control requests
@@ -168,10 +187,16 @@ Result<std::string> Engine::Impl::Other(int64_t from, uint8_t type, std::string_
     case ControlMsg::kHello: return Hello(payload);
     case ControlMsg::kBye: {
       size_t erased = 0;
+      uint64_t key = 0;
       {
         std::lock_guard lock(clients_mu);
-        erased = clients.erase(from);
+        if (auto it = clients.find(from); it != clients.end()) {
+          key = it->second.watch;
+          clients.erase(it);
+          erased = 1;
+        }
       }
+      Unwatch(key);  // it left cleanly: its end is no death
       if (!erased) {
         (void)KnownClient(from, "goodbye");  // logs
         return Err(Errc::kPeerFailed, "engine {} does not know this client (id {})", local_name, from);
@@ -187,6 +212,7 @@ Result<std::string> Engine::Impl::Other(int64_t from, uint8_t type, std::string_
         return Err(Errc::kPeerFailed, "engine {} has no connection with id {}", local_name, from);
       }
       c->Break("it was finalized");
+      Unwatch(c->watch);  // it left cleanly: its end is no death
       return std::string();
     }
     default: return Err(Errc::kInvalidArg, "unknown control request {}", type);
@@ -217,8 +243,73 @@ Result<std::string> Engine::Impl::Hello(std::string_view payload) {
   // The client listens there before it says hello: a call back refused
   // later means it is gone, found at once instead of by the timeout.
   c.callback->PeerListensAlready();
+  auto listens = engine::ParseEngine("hello", h->name);
+  c.death_key = listens.ok() && listens.value().port != 0
+                    ? h->name
+                    : fmt::format("{} via {}:{}", h->name, h->callback_host, h->callback_port);
+  ForgetDeath(c.death_key);
+  // Watched through that endpoint: its death ends our WaitNotifies.
+  c.watch = WatchPeer(h->callback_host, h->callback_port, "engine " + h->name,
+                      [this, id](const std::string& why) { ClientDied(id, why); });
   clients.emplace(id, std::move(c));
   return core::Encode(core::HelloReply{uuid, id, session->Addresses()});
+}
+
+// ------------------------------------------------------------ dead peers
+
+uint64_t Engine::Impl::WatchPeer(const std::string& host, uint16_t port, const std::string& who,
+                                 core::PeerWatch::OnDead died) {
+  std::lock_guard lock(watch_mu);
+  if (!watch) watch = core::PeerWatch::Acquire();
+  return watch ? watch->Watch(host, port, cfg.secret, who, std::move(died)) : 0;
+}
+
+void Engine::Impl::Unwatch(uint64_t key) {
+  if (key == 0) return;
+  std::shared_ptr<core::PeerWatch> w;
+  {
+    std::lock_guard lock(watch_mu);
+    w = watch;
+  }
+  if (w) w->Unwatch(key);
+}
+
+void Engine::Impl::ConnDied(int64_t id, const std::string& why) {
+  std::string name;
+  {
+    std::lock_guard lock(conns_mu);
+    auto it = conns_by_id.find(id);
+    if (it == conns_by_id.end()) return;  // disconnected meanwhile
+    name = it->second->name;
+  }
+  TellDeath(name, fmt::format("Engine::WaitNotifies: engine {} (which engine {} connected to) died: {}", name,
+                              local_name, why));
+}
+
+void Engine::Impl::ClientDied(int64_t id, const std::string& why) {
+  std::string name, key;
+  {
+    std::lock_guard lock(clients_mu);
+    auto it = clients.find(id);
+    if (it == clients.end()) return;  // it said goodbye meanwhile
+    name = it->second.name;
+    key = it->second.death_key;
+  }
+  TellDeath(key,
+            fmt::format("Engine::WaitNotifies: engine {} (connected to engine {}) died: {}", name, local_name, why));
+}
+
+void Engine::Impl::TellDeath(const std::string& key, std::string alert) {
+  {
+    std::lock_guard lock(dead_mu);
+    if (!told_dead.insert(key).second) return;
+  }
+  notifies.Alert(std::move(alert));
+}
+
+void Engine::Impl::ForgetDeath(const std::string& key) {
+  std::lock_guard lock(dead_mu);
+  told_dead.erase(key);
 }
 
 // ------------------------------------------------------------- memory
@@ -277,13 +368,23 @@ Status Engine::Impl::Connect(const std::string& remote, int32_t timeout_ms) {
   }
   auto c = std::make_shared<Conn>();
   Status s = Dial(remote, hp, id, timeout_ms, c.get());
-  std::lock_guard lock(conns_mu);
+  // An engine of another process is watched: its death ends our
+  // WaitNotifies (one of this process cannot die apart from us).
+  if (s.ok() && c->owns_peer_id) {
+    c->watch =
+        WatchPeer(hp.host, hp.port, "engine " + remote, [this, id](const std::string& why) { ConnDied(id, why); });
+  }
+  std::unique_lock lock(conns_mu);
   if (!s.ok() || state != State::kLive) {
     conns.erase(remote);
+    lock.unlock();
+    Unwatch(c->watch);
     return s.ok() ? Err(Errc::kNotInitialized, "Engine::Connect: the engine was finalized meanwhile") : s;
   }
   conns[remote] = c;
   conns_by_id[c->id] = c;
+  lock.unlock();
+  ForgetDeath(remote);
   return Status::Ok();
 }
 
@@ -347,9 +448,11 @@ Status Engine::Impl::Dial(const std::string& remote, const engine::HostPort& hp,
     }
   }
   c->owns_peer_id = !choice.self;
-  c->peer = std::make_shared<core::PeerSession>(
-      peer_id, who, choice.transport,
-      std::make_shared<bootstrap::ControlClient>(r->id_for_client, id, hp.host, hp.port, who, cfg.secret));
+  auto control = std::make_shared<bootstrap::ControlClient>(r->id_for_client, id, hp.host, hp.port, who, cfg.secret);
+  // It answered there: a refused connection later means it is gone, found
+  // at once instead of by retrying until the call's timeout.
+  control->PeerListensAlready();
+  c->peer = std::make_shared<core::PeerSession>(peer_id, who, choice.transport, std::move(control));
   return Status::Ok();
 }
 
@@ -365,6 +468,7 @@ Status Engine::Impl::Disconnect(const std::string& remote, int32_t timeout_ms) {
     c = it->second;
     conns.erase(it);
   }
+  Unwatch(c->watch);  // we leave it: its end is no death
   const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
   // Every wait below (the flush of what is in flight, the release) ends by
   // this call's own deadline.

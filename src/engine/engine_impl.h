@@ -42,6 +42,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <shared_mutex>
 #include <string>
 #include <thread>
@@ -52,6 +53,7 @@
 #include "bootstrap/control.h"
 #include "bootstrap/env.h"
 #include "core/notify_queue.h"
+#include "core/peer_watch.h"
 #include "core/session.h"
 
 namespace hixl {
@@ -94,6 +96,7 @@ struct Engine::Impl final : private core::Session::Delegate {
     int64_t our_id_there = -1;
     std::shared_ptr<core::PeerSession> peer;  // its transport, control client and region table
     bool owns_peer_id = false;                // peer->id() was taken for it (not the node's self id)
+    uint64_t watch = 0;                       // its key in the peer watch (0: not watched)
     // Held while the transport lets go of the peer; `released` once
     // Disconnect gave the id back (which a new connection may then take).
     std::mutex release_mu;
@@ -119,6 +122,8 @@ struct Engine::Impl final : private core::Session::Delegate {
   struct Client {
     std::string name;
     std::shared_ptr<bootstrap::ControlClient> callback;
+    uint64_t watch = 0;     // its key in the peer watch (0: not watched)
+    std::string death_key;  // see told_dead
   };
 
   // An asynchronous transfer.
@@ -164,6 +169,18 @@ struct Engine::Impl final : private core::Session::Delegate {
 
   core::NotifyQueue<NotifyDesc> notifies;  // closed by Finalize, which wakes WaitNotifies
 
+  // The process's peer watch (core/peer_watch.h), held from the first peer
+  // on: a peer that dies without a goodbye (neither Disconnect nor
+  // Finalize), either way of the connection, is an alert on `notifies`
+  // that ends a WaitNotifies.  Never called with conns_mu or clients_mu held.
+  std::mutex watch_mu;
+  std::shared_ptr<core::PeerWatch> watch;  // guarded by watch_mu
+  // The deaths told, by engine address (a client that does not listen: its
+  // name and callback endpoint), so that an engine connected both ways is
+  // told dead once; a new Connect or hello under the address forgets it.
+  std::mutex dead_mu;
+  std::set<std::string> told_dead;  // guarded by dead_mu
+
   std::mutex req_mu;
   std::condition_variable req_cv;
   std::deque<std::shared_ptr<Request>> queue;
@@ -204,6 +221,18 @@ struct Engine::Impl final : private core::Session::Delegate {
   Result<std::string> Other(int64_t from, uint8_t type, std::string_view payload) override;
 
   Result<std::string> Hello(std::string_view payload);
+  // Watches the control endpoint host:port of peer `who`; `died` runs on
+  // the watcher thread if it dies.  0 when it cannot be watched.
+  uint64_t WatchPeer(const std::string& host, uint16_t port, const std::string& who, core::PeerWatch::OnDead died);
+  void Unwatch(uint64_t key);
+  // A watched peer died: the connection `id` (we connected to it) or the
+  // client `id` (it connected to us), when it is still one; an alert for
+  // WaitNotifies naming it.
+  void ConnDied(int64_t id, const std::string& why);
+  void ClientDied(int64_t id, const std::string& why);
+  // Queues the alert unless the death of `key` was told already.
+  void TellDeath(const std::string& key, std::string alert);
+  void ForgetDeath(const std::string& key);
   std::shared_ptr<Conn> ConnById(int64_t id);
   // Whether `from` is one of our clients; logs a refusal when not.
   bool KnownClient(int64_t from, const char* what);

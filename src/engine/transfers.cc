@@ -213,7 +213,9 @@ Status Engine::Impl::TakeNotifies(std::vector<NotifyDesc>* out, bool wait, int32
     return Err(Errc::kInvalidArg, "Engine::WaitNotifies: timeout_ms {} is negative", timeout_ms);
   }
   std::vector<NotifyDesc> got;
-  switch (notifies.Take(SIZE_MAX, wait, timeout_ms, &got)) {
+  std::string died;
+  switch (notifies.Take(SIZE_MAX, wait, timeout_ms, &got, &died)) {
+    case core::NotifyQueue<NotifyDesc>::Taken::kAlert: return Status(Errc::kPeerFailed, died);
     case core::NotifyQueue<NotifyDesc>::Taken::kTimedOut:
       return Err(Errc::kTimeout, "Engine::WaitNotifies: no notification came within {} ms", timeout_ms);
     case core::NotifyQueue<NotifyDesc>::Taken::kClosed:

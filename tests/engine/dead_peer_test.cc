@@ -263,6 +263,138 @@ TEST_P(DeadPeerTest, AStoppedClientMakesTheOwnersDeregisterTimeOutNamingItAndNot
   // peer that may still reach the memory).
 }
 
+// WaitNotifies (issue 14, "every wait learns of a dead peer"): a peer
+// SIGKILLed while we wait ends the wait with FAILED (PEER_FAILED) naming
+// it, long before the wait's own 15 s, either way of the connection; what
+// was queued before comes first; each death is told once.
+constexpr int32_t kLongWaitMs = 15000;
+
+Outcome WaitFor(hixl::Engine& e, std::vector<hixl::NotifyDesc>* got, int32_t timeout_ms = kLongWaitMs) {
+  return Measure([&] { return e.WaitNotifies(*got, timeout_ms); });
+}
+
+void ExpectDeathTold(const char* variant, const char* what, const Outcome& o, const std::string& engine) {
+  std::printf("[ %s ] WaitNotifies(%d ms), %s killed: %lld ms: %s\n", variant, kLongWaitMs, what,
+              static_cast<long long>(o.ms), o.why.c_str());
+  EXPECT_EQ(o.status, hixl::FAILED) << o.why;
+  EXPECT_EQ(o.code, HIXL_ERR_PEER_FAILED) << o.why;
+  EXPECT_NE(o.why.find(engine), std::string::npos) << o.why;
+  // Far from the wait's own bound: found by the closed connection, not a timeout.
+  EXPECT_LT(o.ms, kLongWaitMs / 5) << o.why;
+}
+
+TEST_P(DeadPeerTest, AServerKilledDuringWaitNotifiesEndsItPromptlyNamingIt) {
+  hixl::Engine e;
+  Init(e, false);
+  ASSERT_FALSE(HasFailure());
+  PeerProc& p = Start(4096);
+  ASSERT_EQ(e.Connect(p.engine, 10000), hixl::SUCCESS) << hixl::Engine::LastError();
+  // Killed while we wait (the waiter is already asleep, or about to be).
+  std::thread killer([&] { Kill(p); });
+  std::vector<hixl::NotifyDesc> got;
+  const Outcome o = WaitFor(e, &got);
+  killer.join();
+  ExpectDeathTold(GetParam().name, "the engine it connected to", o, p.engine);
+  EXPECT_TRUE(got.empty());
+  // Told once: the next wait is an ordinary timeout.
+  EXPECT_EQ(e.WaitNotifies(got, 200), hixl::TIMEOUT) << hixl::Engine::LastError();
+  // A call to the dead engine fails naming it, at once (its address
+  // refuses: not a retry until the call's timeout), and Disconnect works.
+  const Outcome send = Measure([&] { return e.SendNotify(p.engine, {"n", "m"}, 5000); });
+  std::printf("[ %s ] SendNotify to it then: %lld ms: %s\n", GetParam().name, static_cast<long long>(send.ms),
+              send.why.c_str());
+  EXPECT_EQ(send.code, HIXL_ERR_PEER_FAILED) << send.why;
+  EXPECT_NE(send.why.find(p.engine), std::string::npos) << send.why;
+  EXPECT_LT(send.ms, 5000 / 2) << send.why;
+  EXPECT_EQ(e.Disconnect(p.engine, 2000), hixl::SUCCESS) << hixl::Engine::LastError();
+}
+
+TEST_P(DeadPeerTest, AClientKilledAfterNotifyingGivesItsNotificationsFirstThenItsDeath) {
+  hixl::Engine e;
+  const std::string name = Init(e, true);
+  ASSERT_FALSE(HasFailure());
+  PeerProc& p = Start(4096);
+  ASSERT_EQ(p.Cmd("connect " + name), "OK");
+  ASSERT_EQ(p.Cmd("notify " + name + " first"), "OK");  // queued here when it answers
+  ASSERT_EQ(p.Cmd("notify " + name + " second"), "OK");
+  Kill(p);
+  std::vector<hixl::NotifyDesc> got;
+  const Outcome queued = WaitFor(e, &got);
+  ASSERT_EQ(queued.status, hixl::SUCCESS) << queued.why;
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].name, "first");
+  EXPECT_EQ(got[1].name, "second");
+  got.clear();
+  const Outcome o = WaitFor(e, &got);
+  ExpectDeathTold(GetParam().name, "a client that connected to it", o, p.engine);
+  EXPECT_TRUE(got.empty());
+  EXPECT_EQ(e.WaitNotifies(got, 200), hixl::TIMEOUT) << hixl::Engine::LastError();
+}
+
+TEST_P(DeadPeerTest, AClientKilledDuringWaitNotifiesEndsItPromptlyNamingIt) {
+  hixl::Engine e;
+  const std::string name = Init(e, true);
+  ASSERT_FALSE(HasFailure());
+  PeerProc& p = Start(4096);
+  ASSERT_EQ(p.Cmd("connect " + name), "OK");
+  std::thread killer([&] { Kill(p); });
+  std::vector<hixl::NotifyDesc> got;
+  const Outcome o = WaitFor(e, &got);
+  killer.join();
+  ExpectDeathTold(GetParam().name, "a client that connected to it", o, p.engine);
+}
+
+// An engine connected both ways (it to us, and we to it) is one death.
+TEST_P(DeadPeerTest, AnEngineConnectedBothWaysIsToldDeadOnce) {
+  hixl::Engine e;
+  const std::string name = Init(e, true);
+  ASSERT_FALSE(HasFailure());
+  PeerProc& p = Start(4096);
+  ASSERT_EQ(p.Cmd("connect " + name), "OK");
+  ASSERT_EQ(e.Connect(p.engine, 10000), hixl::SUCCESS) << hixl::Engine::LastError();
+  Kill(p);
+  std::vector<hixl::NotifyDesc> got;
+  const Outcome o = WaitFor(e, &got);
+  ExpectDeathTold(GetParam().name, "an engine connected both ways", o, p.engine);
+  const Outcome again = WaitFor(e, &got, 1000);
+  EXPECT_EQ(again.status, hixl::TIMEOUT) << again.why;
+}
+
+// Peers that leave cleanly (Disconnect, Finalize; of theirs or ours) are
+// not deaths; one killed among them is, and is the only one told.
+TEST_P(DeadPeerTest, PeersThatLeaveCleanlyAreNotReportedOnlyTheKilledOneIs) {
+  hixl::Engine e;
+  const std::string name = Init(e, true);
+  ASSERT_FALSE(HasFailure());
+  PeerProc& client_disconnects = Start(4096);
+  PeerProc& client_finalizes = Start(4096);
+  PeerProc& server_finalizes = Start(4096);
+  PeerProc& server_we_leave = Start(4096);
+  PeerProc& killed = Start(4096);
+  for (PeerProc* c : {&client_disconnects, &client_finalizes, &killed}) ASSERT_EQ(c->Cmd("connect " + name), "OK");
+  for (PeerProc* s : {&server_finalizes, &server_we_leave}) {
+    ASSERT_EQ(e.Connect(s->engine, 10000), hixl::SUCCESS) << hixl::Engine::LastError();
+  }
+  ASSERT_EQ(client_disconnects.Cmd("disconnect " + name), "OK");
+  ASSERT_EQ(e.Disconnect(server_we_leave.engine, 5000), hixl::SUCCESS) << hixl::Engine::LastError();
+  ASSERT_TRUE(client_finalizes.Exit());
+  ASSERT_TRUE(server_finalizes.Exit());
+  Kill(client_disconnects);  // gone after leaving: still no death of ours
+  Kill(server_we_leave);
+  std::vector<hixl::NotifyDesc> got;
+  // Nothing to tell yet (each of those ends is seen within milliseconds;
+  // this wait would end with it).
+  const Outcome quiet = WaitFor(e, &got, 1000);
+  EXPECT_EQ(quiet.status, hixl::TIMEOUT) << quiet.why;
+  Kill(killed);
+  const Outcome o = WaitFor(e, &got);
+  ExpectDeathTold(GetParam().name, "one client among peers that left cleanly", o, killed.engine);
+  for (PeerProc* gone : {&client_disconnects, &client_finalizes, &server_finalizes, &server_we_leave}) {
+    EXPECT_EQ(o.why.find(gone->engine), std::string::npos) << o.why;
+  }
+  EXPECT_EQ(e.WaitNotifies(got, 500), hixl::TIMEOUT) << hixl::Engine::LastError();
+}
+
 std::vector<Variant> Variants() {
   std::vector<Variant> v = {{"shm_cma", {{"transport", "shm"}}, false},
                             {"shm_relay", {{"transport", "shm"}, {"shm_cma", "0"}}, true}};

@@ -4,7 +4,7 @@
 // process and to an engine in another process work.
 //
 // What is shared is seen from outside: the library names its threads
-// ("hixl-loop", "hixl-shm", "hixl-ucx"), so the test counts them in
+// ("hixl-loop", "hixl-shm", "hixl-ucx", "hixl-watch"), so the test counts them in
 // /proc/self/task.  The peer in another process is this binary started with
 // --peer; every wait on it is bounded.
 #include <dirent.h>
@@ -160,6 +160,7 @@ struct PeerProcess {
 TEST(Node, EnginesAndTheWorldShareOneNodeAndKeepTheirOwnRegions) {
   ASSERT_EQ(Threads("hixl-loop"), 0);
   ASSERT_EQ(Threads("hixl-shm"), 0);
+  ASSERT_EQ(Threads("hixl-watch"), 0);
   // A world of one (no launcher variables) and three engines, all with the
   // process's default options: one node.
   ASSERT_EQ(hixl_init(), HIXL_SUCCESS) << hixl_last_error();
@@ -192,6 +193,9 @@ TEST(Node, EnginesAndTheWorldShareOneNodeAndKeepTheirOwnRegions) {
   ASSERT_EQ(e3->Connect(n1, 10000), hixl::SUCCESS) << hixl::Engine::LastError();
   ASSERT_EQ(e3->Connect(n2, 10000), hixl::SUCCESS) << hixl::Engine::LastError();
   ASSERT_EQ(e1->Connect(n1, 10000), hixl::SUCCESS) << hixl::Engine::LastError();
+  // The peer watch (a thread that learns of dead peers for WaitNotifies):
+  // one per process, however many engines watch.
+  EXPECT_EQ(Threads("hixl-watch"), 1);
   EXPECT_EQ(e3->TransferSync(n1, hixl::WRITE, {{src.addr(), only1.addr(), 4096}}, 10000), hixl::SUCCESS)
       << hixl::Engine::LastError();
   EXPECT_EQ(only1.v[4095], 5);
@@ -263,6 +267,7 @@ TEST(Node, EnginesAndTheWorldShareOneNodeAndKeepTheirOwnRegions) {
   ASSERT_EQ(hixl_finalize(), HIXL_SUCCESS) << hixl_last_error();
   EXPECT_EQ(ThreadsSettle("hixl-shm", 0), 0);
   EXPECT_EQ(ThreadsSettle("hixl-loop", 0), 0);
+  EXPECT_EQ(ThreadsSettle("hixl-watch", 0), 0);  // gone with the last engine
 }
 
 TEST(Node, EnginesOverUcxShareOneWorker) {

@@ -4,8 +4,10 @@
 // with one registered buffer and answers one-line commands on stdin:
 //   sum ADDR LEN   -> SUM <fnv of the bytes>
 //   stats          -> STATS <fds> <threads> <VmSize pages> <maps lines>
-//   connect ENGINE, write ENGINE ADDR LEN SEED, notify ENGINE NAME
+//   connect ENGINE, disconnect ENGINE, write ENGINE ADDR LEN SEED,
+//   notify ENGINE NAME
 //                  -> OK, or ERR <status> <HIXL_ERR_ code> <why>
+// and finalizes its engine and exits when stdin closes (PeerProc::Exit).
 // Every reply is awaited with a bound; the harness kills and reaps its
 // children.
 #pragma once
@@ -135,6 +137,10 @@ inline int PeerMain(int argc, char** argv) {
       std::vector<uint8_t> src(n);
       for (size_t i = 0; i < n; ++i) src[i] = static_cast<uint8_t>(seed + i * 131);
       say(status(engine.TransferSync(peer, hixl::WRITE, {{reinterpret_cast<uintptr_t>(src.data()), addr, n}}, 5000)));
+    } else if (cmd == "disconnect") {  // disconnect ENGINE
+      std::string peer;
+      in >> peer;
+      say(status(engine.Disconnect(peer, 5000)));
     } else if (cmd == "notify") {  // notify ENGINE NAME
       std::string peer, name;
       in >> peer >> name;
@@ -221,6 +227,18 @@ struct PeerProc {
     std::string tag;
     r >> tag >> s->fds >> s->threads >> s->vm_pages >> s->maps;
     return tag == "STATS" && !r.fail();
+  }
+
+  // Closes its stdin: it finalizes its engine and exits.  True once it
+  // has exited (bounded by Line's bound), reaped.
+  bool Exit() {
+    if (in >= 0) ::close(in);
+    in = -1;
+    if (Line() != "EOF (the peer exited)") return false;
+    int st = 0;
+    if (::waitpid(pid, &st, 0) != pid) return false;
+    pid = -1;
+    return WIFEXITED(st) && WEXITSTATUS(st) == 0;
   }
 
   void Kill() {

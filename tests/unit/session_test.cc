@@ -8,6 +8,7 @@
 #include <chrono>
 #include <future>
 #include <map>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -99,6 +100,32 @@ TEST(NotifyQueue, BoundedOldestFirstAndClosable) {
   closer.join();
   q.Reopen();
   EXPECT_EQ(q.Take(10, true, 1, &out), Q::Taken::kTimedOut);
+}
+
+// An alert (a peer died) ends a wait that finds no item, once, after the
+// items queued before it; takers that do not ask for alerts never see them.
+TEST(NotifyQueue, AlertsEndWaitsOnceAfterTheQueuedItems) {
+  using Q = NotifyQueue<int>;
+  Q q(8);
+  size_t waiting = 0;
+  EXPECT_TRUE(q.Push(1, &waiting));
+  q.Alert("engine x died");
+  std::vector<int> out;
+  std::string alert;
+  EXPECT_EQ(q.Take(10, true, 60000, &out, &alert), Q::Taken::kTaken);
+  EXPECT_EQ(out, std::vector<int>{1});
+  EXPECT_EQ(q.Take(10, false, 0, &out, &alert), Q::Taken::kTaken);  // no wait: no alert
+  EXPECT_TRUE(alert.empty());
+  EXPECT_EQ(q.Take(10, true, 1, &out), Q::Taken::kTimedOut);  // not asked for
+  EXPECT_EQ(q.Take(10, true, 60000, &out, &alert), Q::Taken::kAlert);
+  EXPECT_EQ(alert, "engine x died");
+  EXPECT_EQ(q.Take(10, true, 1, &out, &alert), Q::Taken::kTimedOut);  // told once
+  // An alert wakes a sleeping waiter.
+  std::thread alerter([&] { q.Alert("engine y died"); });
+  EXPECT_EQ(q.Take(10, true, 60000, &out, &alert), Q::Taken::kAlert);
+  alerter.join();
+  EXPECT_EQ(alert, "engine y died");
+  EXPECT_EQ(out, std::vector<int>{1});
 }
 
 std::unique_ptr<Session> ShmSession(int self_id) {
