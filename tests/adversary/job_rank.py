@@ -15,10 +15,10 @@ N = 4096
 class Boxes:
     """This rank's registered inbox and outbox, and every rank's addresses."""
 
-    def __init__(self, rank):
+    def __init__(self, rank, n=N):
         self.rank = rank
-        self.inbox = np.zeros(N, dtype=np.int64)
-        self.outbox = np.arange(N, dtype=np.int64) + 1000 * rank
+        self.inbox = np.zeros(n, dtype=np.int64)
+        self.outbox = np.arange(n, dtype=np.int64) + 1000 * rank
         hixl.register_memory(self.inbox)
         hixl.register_memory(self.outbox)
         self.inboxes = hixl.allgather(self.inbox.ctypes.data)
@@ -37,11 +37,11 @@ class Boxes:
         assert np.array_equal(got, expected), "get returned wrong bytes"
 
 
-def join():
-    """hixl.init, then (rank, world size, Boxes, every rank's pid)."""
+def join(n=N):
+    """hixl.init, then (rank, world size, Boxes of n int64s, every rank's pid)."""
     hixl.init()
     rank = hixl.rank()
-    boxes = Boxes(rank)
+    boxes = Boxes(rank, n)
     return rank, hixl.world_size(), boxes, hixl.allgather(os.getpid())
 
 

@@ -7,15 +7,12 @@ connections.  Every wait is bounded; every process and socket is closed."""
 
 import os
 import re
-import socket
-import sys
 import threading
 import time
 
 import stranger
-from test_adversary import HIXLRUN, Job, clean_env, release
+from test_adversary import clean_env, expect_verified, release, start_job
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 CAP = 256  # base/frame_server.h: connections per listener
 MSG = 24  # transport/shm/fd_channel.h: the size of a request
 
@@ -62,13 +59,10 @@ def garbage(names, secret, stop):
 
 
 def test_strangers_on_the_shm_socket_stall_no_relayed_put(tmp_path):
-    go = tmp_path / "go"
-    os.mkfifo(go)
-    argv = [HIXLRUN, "-n", "2", "--timeout", "150", sys.executable, os.path.join(HERE, "rank_shm.py"), str(go)]
-    job = Job(argv, clean_env(HIXL_SHM_CMA="0"))
+    job, go, pids = start_job(tmp_path, 2, clean_env(HIXL_SHM_CMA="0"), "rank_shm.py")
     held, stop, thread = [], threading.Event(), None
     try:
-        pids = [int(p) for p in re.match(r"READY (\d+) (\d+)", job.wait_for("READY")).groups()]
+        assert len(pids) == 2, pids
         secret = bytes.fromhex(stranger.environ(pids[0])["HIXL_SECRET"])
         names = [n for pid in pids for n in stranger.unix_listen_names(pid)]
         assert len(names) == 2, names
@@ -100,8 +94,7 @@ def test_strangers_on_the_shm_socket_stall_no_relayed_put(tmp_path):
         for s in held:
             s.close()
         job.stop()
-    assert rc == 0, out
-    assert out.count("put/get verified") == 2, out
+    expect_verified(rc, out, 2)
     # (a log line of another thread may follow on the same line)
     m = re.match(r"RELAYED before (\d+\.\d{4}) during (\d+\.\d{4})", line)
     assert m, line
