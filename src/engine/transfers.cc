@@ -8,6 +8,16 @@
 
 namespace hixl {
 
+namespace {
+
+// What a transport's timeout means to the caller: the call's own timeout
+// passed (the transport's message names its own wait, not that).
+std::string TimeoutNote(const Status& s, int64_t timeout_ms) {
+  return s.code() == Errc::kTimeout ? fmt::format(" (the call's timeout of {} ms passed)", timeout_ms) : "";
+}
+
+}  // namespace
+
 // Checks the whole batch, then moves it; bounded by deadline.  `stop`
 // (may be null) ends it early.
 Status Engine::Impl::Run(const char* api, Conn& c, TransferOp op, const std::vector<TransferOpDesc>& descs,
@@ -79,13 +89,16 @@ Status Engine::Impl::Run(const char* api, Conn& c, TransferOp op, const std::vec
     Status s = c.peer->transport().Batch(c.peer->id(), op == WRITE, pieces.data(), pieces.size());
     if (!s.ok()) {
       (void)c.peer->transport().Flush(c.peer->id());
-      return Err(s.code(), "{}: {} of blocks {}..{} of {} with engine {}: {}", api, op == WRITE ? "WRITE" : "READ",
-                 first, end - 1, descs.size(), c.name, s.message());
+      return Err(s.code(), "{}: {} of blocks {}..{} of {} with engine {}: {}{}", api, op == WRITE ? "WRITE" : "READ",
+                 first, end - 1, descs.size(), c.name, s.message(), TimeoutNote(s, timeout_ms));
     }
   }
   Status s = c.peer->transport().Flush(c.peer->id());
   if (s.ok()) s = c.peer->TakeDeferred();  // failures a deregistration's fence completed for us
-  if (!s.ok()) return Err(s.code(), "{}: completing the transfer with engine {}: {}", api, c.name, s.message());
+  if (!s.ok()) {
+    return Err(s.code(), "{}: completing the transfer with engine {}: {}{}", api, c.name, s.message(),
+               TimeoutNote(s, timeout_ms));
+  }
   return Status::Ok();
 }
 
