@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <unistd.h>
+#include <uv.h>
 
 #include <hixl/hixl.h>
 #include <hixl/hixl.hpp>
@@ -75,6 +76,23 @@ int CountSockets() {
   }
   ::closedir(d);
   return n;
+}
+
+// What each open descriptor of this process is ("fd -> target", one a line):
+// a leak is named, not just counted.
+std::string OpenFds() {
+  std::string out;
+  DIR* d = ::opendir("/proc/self/fd");
+  if (!d) return out;
+  while (dirent* e = ::readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    char target[256] = {};
+    std::string path = std::string("/proc/self/fd/") + e->d_name;
+    ::readlink(path.c_str(), target, sizeof(target) - 1);
+    out += std::string(e->d_name) + " -> " + target + "\n";
+  }
+  ::closedir(d);
+  return out;
 }
 
 class World1Test : public ::testing::Test {
@@ -744,9 +762,15 @@ TEST_F(World1Test, FinalizeLeavesNoThreadsOrSockets) {
   // ThreadSanitizer's runtime starts a thread of its own at the first
   // pthread_create and keeps it: start it before counting.
   std::thread([] {}).join();
+  // libuv makes a pipe pair once per process (its signal lock) at the
+  // first loop it starts and keeps it: the event loop's, not a leak.
+  uv_loop_t warm;
+  ASSERT_EQ(uv_loop_init(&warm), 0);
+  ASSERT_EQ(uv_loop_close(&warm), 0);
   const int threads_before = CountThreads();
   const int sockets_before = CountSockets();
   const int fds_before = CountEntries("/proc/self/fd");
+  const std::string fds_list_before = OpenFds();
   ASSERT_GT(threads_before, 0);
   ASSERT_GE(sockets_before, 0);
   for (int round = 0; round < 3; ++round) {
@@ -766,7 +790,10 @@ TEST_F(World1Test, FinalizeLeavesNoThreadsOrSockets) {
     ASSERT_EQ(hixl_finalize(), HIXL_SUCCESS) << LastError();
     EXPECT_EQ(CountThreads(), threads_before) << "round " << round << ": threads left after hixl_finalize";
     EXPECT_EQ(CountSockets(), sockets_before) << "round " << round << ": sockets left after hixl_finalize";
-    EXPECT_EQ(CountEntries("/proc/self/fd"), fds_before) << "round " << round << ": fds left after hixl_finalize";
+    EXPECT_EQ(CountEntries("/proc/self/fd"), fds_before)
+        << "round " << round << ": fds left after hixl_finalize; open now:\n"
+        << OpenFds() << "before:\n"
+        << fds_list_before;
   }
 }
 
