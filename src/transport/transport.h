@@ -61,6 +61,8 @@ struct LocalRegion {
   MemKind kind = MemKind::kHost;
   // Set when the region lies in shared-memory backing (the symmetric heap):
   // the memfd of its segment, the segment's id and the region's offset in it.
+  // The memfd's size must be sealed against shrinking (F_SEAL_SHRINK):
+  // peers map no other (shm::MapPeerFile).
   int backing_fd = -1;
   uint32_t segment_id = 0;
   uint64_t segment_offset = 0;

@@ -1,6 +1,7 @@
 #include "world/heap.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -59,12 +60,15 @@ Result<uint32_t> SymmetricHeap::AddSegment(uint64_t min_size) {
   if (used_ + size > bytes_) {
     return Err(Errc::kNoMemory, "symmetric heap exhausted: {} bytes in use, {} more requested", used_, size);
   }
-  int fd = ::memfd_create("hixl-heap", MFD_CLOEXEC);
+  int fd = ::memfd_create("hixl-heap", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0) return Err(Errc::kNoMemory, "memfd_create failed: {}", std::strerror(errno));
-  if (::ftruncate(fd, static_cast<off_t>(size)) != 0) {
+  // Sized once and sealed: peers map only a segment that cannot shrink
+  // under them (shm::MapPeerFile).
+  if (::ftruncate(fd, static_cast<off_t>(size)) != 0 ||
+      ::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
     int e = errno;
     ::close(fd);
-    return Err(Errc::kNoMemory, "cannot size a {}-byte heap segment: {}", size, std::strerror(e));
+    return Err(Errc::kNoMemory, "cannot size and seal a {}-byte heap segment: {}", size, std::strerror(e));
   }
   void* at = reinterpret_cast<void*>(base_ + used_);
   void* p = ::mmap(at, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0);

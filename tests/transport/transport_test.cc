@@ -9,6 +9,7 @@
 // channels and endpoints.  Nothing synchronises by sleeping; every wait
 // inside a transport is bounded by the Host's timeout, and ctest bounds the
 // whole test.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -78,9 +79,10 @@ class Memory {
  public:
   Memory(Backing backing, uint64_t len, uint32_t segment_id) : backing_(backing), len_(len) {
     if (backing == Backing::kSegment) {
-      fd_ = ::memfd_create(kSegmentName, MFD_CLOEXEC);
+      fd_ = ::memfd_create(kSegmentName, MFD_CLOEXEC | MFD_ALLOW_SEALING);
       EXPECT_GE(fd_, 0);
       EXPECT_EQ(::ftruncate(fd_, static_cast<off_t>(len + kSegmentOffset)), 0);
+      EXPECT_EQ(::fcntl(fd_, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0);  // as the heap does: peers refuse others
       map_len_ = len + kSegmentOffset;
       void* p = ::mmap(nullptr, map_len_, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
       EXPECT_NE(p, MAP_FAILED);

@@ -20,6 +20,7 @@
 #include "bootstrap/store_protocol.h"
 #include "core/control_protocol.h"
 #include "core/registry.h"
+#include "transport/shm/mapping.h"
 #include "transport/shm/peer.h"
 #include "transport/shm/relay.h"
 
@@ -277,12 +278,32 @@ TEST(ShmKeyLimits, KeysMustHoldTheirRegion) {
 
 TEST(ShmKeyLimits, ARelayChannelSmallerThanItClaimsIsRefused) {
   // The size in the message is right, the memfd is not: refused, no SIGBUS.
-  net::Fd fd(::memfd_create("hixl-test-small-relay", MFD_CLOEXEC));
+  net::Fd fd(::memfd_create("hixl-test-small-relay", MFD_CLOEXEC | MFD_ALLOW_SEALING));
   ASSERT_TRUE(fd.valid());
   ASSERT_EQ(::ftruncate(fd.get(), 4096), 0);
+  ASSERT_TRUE(transport::shm::SealSize(fd.get()).ok());
   auto m = transport::shm::AcceptRelayChannel(fd.get(), transport::shm::RelayChannelBytes());
   ASSERT_FALSE(m.ok());
   EXPECT_THAT(m.status().message(), HasSubstr("4096 bytes"));
+}
+
+TEST(ShmKeyLimits, ARelayChannelThatCanShrinkIsRefused) {
+  // The right size, but the origin could truncate it later and raise SIGBUS
+  // in the relay thread: only a file sealed against shrinking is mapped.
+  const uint64_t n = transport::shm::RelayChannelBytes();
+  net::Fd fd(::memfd_create("hixl-test-unsealed-relay", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  ASSERT_TRUE(fd.valid());
+  ASSERT_EQ(::ftruncate(fd.get(), static_cast<off_t>(n)), 0);
+  auto m = transport::shm::AcceptRelayChannel(fd.get(), n);
+  ASSERT_FALSE(m.ok());
+  EXPECT_THAT(m.status().message(), HasSubstr("can shrink"));
+  // Sealed, the same file passes the checks of the file (and fails only on
+  // its contents: it holds no channel header).
+  ASSERT_TRUE(transport::shm::SealSize(fd.get()).ok());
+  EXPECT_EQ(::ftruncate(fd.get(), 4096), -1);  // the seal holds
+  m = transport::shm::AcceptRelayChannel(fd.get(), n);
+  ASSERT_FALSE(m.ok());
+  EXPECT_THAT(m.status().message(), HasSubstr("not a relay channel"));
 }
 
 }  // namespace

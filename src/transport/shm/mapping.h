@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <utility>
 
 #include "base/status.h"
@@ -38,6 +39,18 @@ class Mapping {
 
 // Maps the first n bytes of fd, shared and writable.
 Result<Mapping> MapShared(int fd, size_t n);
+
+// Seals a memfd's size (F_SEAL_SHRINK, F_SEAL_GROW, then F_SEAL_SEAL): what
+// hixl passes to a peer (a heap segment, a relay channel) can never shrink
+// under the peer's mapping, which would raise SIGBUS in the peer.  The memfd
+// must have been made with MFD_ALLOW_SEALING.
+Status SealSize(int memfd);
+
+// Maps the first n bytes of a memfd that a peer passed: only one whose size
+// is sealed against shrinking and holds at least n bytes (fstat), so that no
+// access to the mapping can raise SIGBUS whatever the peer does later.
+// `what` names it in the error ("heap segment 3 of rank 1").
+Result<Mapping> MapPeerFile(int fd, size_t n, const std::string& what);
 
 // Asks for transparent huge pages (MADV_HUGEPAGE) on the 2 MiB-aligned
 // interior of a registered region of at least 4 MiB, where it lies in

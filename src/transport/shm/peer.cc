@@ -63,14 +63,11 @@ Result<std::shared_ptr<Mapping>> Peer::MapSegment(uint32_t seg, uint64_t size, i
   net::Fd fd;
   HIXL_RETURN_IF_ERROR(Request(m, -1, &reply, &fd, timeout_ms));
   if (!fd.valid()) return Err(Errc::kTransport, "shm: rank {} sent no fd for heap segment {}", rank, seg);
-  // The size comes from a key blob: untrusted.  Mapped past the end of the
-  // file, an access would raise SIGBUS instead of failing here.
-  struct stat st {};
-  if (::fstat(fd.get(), &st) != 0 || st.st_size < 0 || static_cast<uint64_t>(st.st_size) < size) {
-    return Err(Errc::kTransport, "shm: heap segment {} of rank {} is smaller than the {} bytes its key says", seg, rank,
-               size);
-  }
-  HIXL_ASSIGN_OR_RETURN(Mapping map, MapShared(fd.get(), size));
+  // The size comes from a key blob: untrusted, and so is the file.  Mapped
+  // past its end, or truncated later by its owner, an access would raise
+  // SIGBUS instead of failing here.
+  HIXL_ASSIGN_OR_RETURN(
+      Mapping map, MapPeerFile(fd.get(), size, fmt::format("heap segment {} of rank {} ({} bytes)", seg, rank, size)));
   auto mapping = std::make_shared<Mapping>(std::move(map));
   segments.emplace(seg, mapping);
   return mapping;

@@ -117,10 +117,11 @@ ChannelHeader* Channel(Peer* p) { return static_cast<ChannelHeader*>(p->relay.ch
 Status OpenRelay(Peer* p, const RelayContext& cx) {
   if (p->closed.load(std::memory_order_acquire)) return NotConnected(*p);
   if (p->relay.open.load(std::memory_order_relaxed)) return Status::Ok();
-  Fd mem(::memfd_create("hixl-relay", MFD_CLOEXEC));
+  Fd mem(::memfd_create("hixl-relay", MFD_CLOEXEC | MFD_ALLOW_SEALING));
   if (!mem.valid() || ::ftruncate(mem.get(), static_cast<off_t>(kChannelBytes)) != 0) {
     return Err(Errc::kNoMemory, "shm: cannot create a relay channel: {}", std::strerror(errno));
   }
+  HIXL_RETURN_IF_ERROR(SealSize(mem.get()));  // the target maps only a sealed one
   HIXL_ASSIGN_OR_RETURN(Mapping map, MapShared(mem.get(), kChannelBytes));
   auto* h = new (map.get()) ChannelHeader{};
   h->magic = kChannelMagic;
@@ -317,13 +318,10 @@ uint64_t RelayChannelBytes() { return kChannelBytes; }
 
 Result<Mapping> AcceptRelayChannel(int memfd, uint64_t size) {
   if (size != kChannelBytes) return Err(Errc::kInvalidArg, "a relay channel of {} bytes", size);
-  // The size the message claims is untrusted: mapped past the end of the
-  // file, the first touch would raise SIGBUS in the progress thread.
-  struct stat st {};
-  if (::fstat(memfd, &st) != 0 || st.st_size < 0 || static_cast<uint64_t>(st.st_size) < kChannelBytes) {
-    return Err(Errc::kInvalidArg, "a relay channel whose memfd has {} bytes, not {}", st.st_size, kChannelBytes);
-  }
-  HIXL_ASSIGN_OR_RETURN(Mapping map, MapShared(memfd, kChannelBytes));
+  // The size the message claims is untrusted, and so is the file: mapped
+  // past its end, or truncated later by the origin, a touch would raise
+  // SIGBUS in the relay thread.
+  HIXL_ASSIGN_OR_RETURN(Mapping map, MapPeerFile(memfd, kChannelBytes, "a relay channel"));
   if (static_cast<ChannelHeader*>(map.get())->magic != kChannelMagic) {
     return Err(Errc::kTransport, "not a relay channel");
   }
