@@ -71,7 +71,7 @@ Status Node::Start() {
   // This process itself, once for every front door: a transport must never
   // see one peer id connected twice.
   for (auto& t : transports_) {
-    Status s = t->Connect(self_id_, t->LocalAddress());
+    Status s = t->Connect(self_id_, t->LocalAddress(), {});
     if (!s.ok()) return Err(s.code(), "{}: connecting this process to itself: {}", t->name(), s.message());
   }
   return Status::Ok();

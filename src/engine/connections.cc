@@ -252,7 +252,8 @@ Status Engine::Impl::Dial(const std::string& remote, const engine::HostPort& hp,
   // gets a peer id of its own.
   const int peer_id = choice.self ? session->self_id() : session->NewPeerId();
   if (!choice.self) {
-    Status s = choice.transport->Connect(peer_id, choice.address);
+    // hp.host answered: the transports may connect there too.
+    Status s = choice.transport->Connect(peer_id, choice.address, hp.host);
     if (!s.ok()) {
       return Err(s.code(), "Engine::Connect: {} transport to {}: {}", choice.transport->name(), who, s.message());
     }

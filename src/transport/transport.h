@@ -162,8 +162,12 @@ class Transport {
   virtual std::string LocalAddress() const = 0;
   // Whether a peer that published `address` can be reached.  Must not block.
   virtual bool CanReach(std::string_view address) const = 0;
-  // Prepares communication with `peer` (may connect lazily).
-  virtual Status Connect(int peer, std::string_view address) = 0;
+  // Prepares communication with `peer` (may connect lazily).  reached_at:
+  // the IP address at which the front door reached the peer's process (an
+  // engine's host), or empty (the world, whose peers stay until finalize).
+  // A transport may connect there rather than by `address` alone, so that
+  // Disconnect releases what both sides hold (ucx: listener.h).
+  virtual Status Connect(int peer, std::string_view address, std::string_view reached_at) = 0;
 
   // Returns the key blob that peers need to reach the region.
   virtual Result<std::string> RegisterRegion(const LocalRegion& region) = 0;

@@ -223,7 +223,7 @@ Status WorldImpl::ConnectPeers() {
     // Rank r is the transports' peer id r (Session::Options::identity_ids);
     // this process itself is connected by the node already.
     const bool self = r == rank();
-    if (!self) HIXL_RETURN_IF_ERROR(c.transport->Connect(r, c.address));
+    if (!self) HIXL_RETURN_IF_ERROR(c.transport->Connect(r, c.address, {}));
     auto control =
         self ? nullptr : std::make_shared<bootstrap::ControlClient>(rank(), r, rec->host, rec->port, cfg_.secret);
     peers_[static_cast<size_t>(r)] = std::make_shared<PeerSession>(

@@ -233,13 +233,12 @@ std::string RunRound(const Transport& t, uint64_t seed, Totals* tot, bool* retry
       if (!same_kind || w != dead) failure = who(i) + " saw a live peer (" + std::to_string(w) + ") fail: " + l;
     }
     // Engines' descriptors and threads: a few more are made lazily (the
-    // async workers, a callback connection); UCX keeps one per cycle (README).
+    // async workers, a callback connection).
     const auto [fd0, fd1] = Pair(Field(l, "fds"));
     const auto [th0, th1] = Pair(Field(l, "threads"));
-    const long cycles = std::atol(Field(l, "cycles").c_str());
     // Whether each peer is connected, and its channel made, at either
     // count varies: up to 6 descriptors a peer.
-    const long fd_slack = 12 + (std::string(t.transport) == "ucx" ? 2 * cycles : 0);
+    const long fd_slack = 12;
     if (fd1 > fd0 + fd_slack || th1 > th0 + 3) failure = who(i) + " grew: " + l;
     for (int k = 0; k < kNumKinds; ++k) tot->ops[i < kEngines ? 0 : 1][k] += std::atol(Field(l, kKinds[k]).c_str());
     std::printf("  %s: %s\n", who(i).c_str(), l.c_str());

@@ -20,6 +20,7 @@
 #include <fstream>
 #include <memory>
 #include <mutex>
+#include <ostream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -153,9 +154,13 @@ struct Config {
   std::string name;  // for the test's name
   std::string transport;
   bool shm_cma = true;
+  // What Connect is told of where the peer is: ucx then connects through
+  // the peer's listener (ucx/listener.h), as engines do.
+  std::string reached_at;
 };
 
 std::string ConfigName(const ::testing::TestParamInfo<Config>& info) { return info.param.name; }
+void PrintTo(const Config& c, std::ostream* os) { *os << c.name; }
 
 class TransportTest : public ::testing::TestWithParam<Config> {
  protected:
@@ -185,8 +190,8 @@ class TransportTest : public ::testing::TestWithParam<Config> {
     const std::string a0 = t_[0]->LocalAddress(), a1 = t_[1]->LocalAddress();
     ASSERT_TRUE(t_[0]->CanReach(a1));
     ASSERT_TRUE(t_[1]->CanReach(a0));
-    ASSERT_TRUE(t_[0]->Connect(1, a1).ok());
-    ASSERT_TRUE(t_[1]->Connect(0, a0).ok());
+    ASSERT_TRUE(t_[0]->Connect(1, a1, GetParam().reached_at).ok());
+    ASSERT_TRUE(t_[1]->Connect(0, a0, GetParam().reached_at).ok());
   }
 
   // Registers `m` on rank `owner` and returns the key rank `user` unpacks for it.
@@ -276,7 +281,7 @@ TEST_P(TransportTest, AddressesAreCheckedAndReachable) {
   EXPECT_TRUE(t_[1]->CanReach(a0));
   EXPECT_FALSE(t_[0]->CanReach(""));
   EXPECT_FALSE(t_[0]->CanReach("not an address"));
-  EXPECT_FALSE(t_[0]->Connect(1, "not an address").ok());
+  EXPECT_FALSE(t_[0]->Connect(1, "not an address", {}).ok());
   // Nothing connected: no key can be unpacked, and nothing is in flight.
   EXPECT_FALSE(t_[0]->UnpackKey(1, 4096, 64, "").ok());
   EXPECT_TRUE(t_[0]->Flush().ok());
@@ -448,7 +453,7 @@ TEST_P(TransportTest, Loopback) {
   if (!caps().loopback) GTEST_SKIP() << GetParam().transport << " cannot talk to its own process";
   const std::string self = t_[0]->LocalAddress();
   ASSERT_TRUE(t_[0]->CanReach(self));
-  ASSERT_TRUE(t_[0]->Connect(0, self).ok());
+  ASSERT_TRUE(t_[0]->Connect(0, self, {}).ok());
   Memory m(Backing::kPrivate, 1 << 20, 9);
   auto key = Expose(0, m, 0);
   ASSERT_TRUE(key);
@@ -521,7 +526,7 @@ TEST_P(TransportTest, DisconnectThenCallsFailCleanly) {
   EXPECT_EQ(SegmentMappings(), mappings_before + 1) << "only the owner's own mapping of the segment is left";
 
   // Connect again: new keys work, and the data is exact.
-  ASSERT_TRUE(t_[0]->Connect(1, t_[1]->LocalAddress()).ok());
+  ASSERT_TRUE(t_[0]->Connect(1, t_[1]->LocalAddress(), GetParam().reached_at).ok());
   auto blob = t_[1]->RegisterRegion(seg.region());
   ASSERT_TRUE(blob.ok());
   std::shared_ptr<RemoteKey> k2;
@@ -575,7 +580,7 @@ TEST(ShmKeys, AKeyClaimingMoreThanItsSegmentIsRefused) {
   ASSERT_TRUE(t0.ok() && t1.ok());
   Transport& a = *t0.value()[0];
   Transport& b = *t1.value()[0];
-  ASSERT_TRUE(a.Connect(1, b.LocalAddress()).ok());
+  ASSERT_TRUE(a.Connect(1, b.LocalAddress(), {}).ok());
   Memory m(Backing::kSegment, 1 << 16, 21);
   auto blob = b.RegisterRegion(m.region());
   ASSERT_TRUE(blob.ok());
@@ -606,9 +611,10 @@ TEST(ShmKeys, AKeyClaimingMoreThanItsSegmentIsRefused) {
 }
 
 std::vector<Config> Configs() {
-  std::vector<Config> c = {{"shm_cma", "shm", true}, {"shm_relay", "shm", false}};
+  std::vector<Config> c = {{"shm_cma", "shm", true, ""}, {"shm_relay", "shm", false, ""}};
 #ifdef HIXL_TEST_HAVE_UCX
-  c.push_back({"ucx", "ucx", true});
+  c.push_back({"ucx", "ucx", true, ""});
+  c.push_back({"ucx_listener", "ucx", true, "127.0.0.1"});
 #endif
   return c;
 }

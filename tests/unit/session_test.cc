@@ -196,7 +196,7 @@ TEST(Session, RefreshesOnAMissAndEverySubscriberForgetsARemovedRegionBeforeRemov
   ASSERT_NE(s->port(), 0);
   Session::Choice c = s->Pick(s->Addresses());
   ASSERT_NE(c.transport, nullptr);
-  ASSERT_TRUE(c.transport->Connect(1, c.address).ok());
+  ASSERT_TRUE(c.transport->Connect(1, c.address, {}).ok());
   constexpr int kFrom = 5;
   auto control = std::make_shared<bootstrap::ControlClient>(kFrom, 1, "127.0.0.1", s->port(), "itself");
   {
@@ -257,7 +257,7 @@ TEST(Session, AnInvalidationWaitingForATransferHoldsUpNoOtherRequest) {
   ASSERT_TRUE(s->Listen("127.0.0.1", 0, &d).ok());
   Session::Choice c = s->Pick(s->Addresses());
   ASSERT_NE(c.transport, nullptr);
-  ASSERT_TRUE(c.transport->Connect(1, c.address).ok());
+  ASSERT_TRUE(c.transport->Connect(1, c.address, {}).ok());
   constexpr int kFrom = 5;
   auto control = std::make_shared<bootstrap::ControlClient>(kFrom, 1, "127.0.0.1", s->port(), "itself");
   {

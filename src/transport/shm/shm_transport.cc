@@ -70,7 +70,7 @@ class ShmTransport final : public Transport {
     return r.GetBytes(&id) && id == host_id_;
   }
 
-  Status Connect(int peer, std::string_view address) override {
+  Status Connect(int peer, std::string_view address, std::string_view /*reached_at*/) override {
     net::Reader r(address);
     auto p = std::make_shared<Peer>();
     p->secret = secret_;

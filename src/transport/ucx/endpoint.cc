@@ -1,5 +1,8 @@
 #include "transport/ucx/endpoint.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 #include <algorithm>
 
 #include "base/log.h"
@@ -98,9 +101,24 @@ Status Usable(Peer* p) {
 Status EnsureEndpoint(Peer* p, bool self, const std::string& net_dev) {
   if (p->ep) return Usable(p);
   ucp_ep_params_t ep{};
-  ep.field_mask =
-      UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
-  ep.address = reinterpret_cast<const ucp_address_t*>(p->address.data());
+  ep.field_mask = UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
+  sockaddr_in sa{};
+  if (!self && p->listener_port != 0) {
+    // Through the peer's listener: its side of the connection goes when
+    // ours closes (listener.h).
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons(p->listener_port);
+    if (::inet_pton(AF_INET, p->listener_ip.c_str(), &sa.sin_addr) != 1) {
+      return Err(Errc::kInternal, "ucx: {} has a malformed listener address {}", p->Name(), p->listener_ip);
+    }
+    ep.field_mask |= UCP_EP_PARAM_FIELD_SOCK_ADDR | UCP_EP_PARAM_FIELD_FLAGS;
+    ep.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+    ep.sockaddr.addr = reinterpret_cast<const sockaddr*>(&sa);
+    ep.sockaddr.addrlen = sizeof(sa);
+  } else {
+    ep.field_mask |= UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
+    ep.address = reinterpret_cast<const ucp_address_t*>(p->address.data());
+  }
   // A peer's failure must become an error rather than a hang.  This
   // process cannot fail towards itself, and its own endpoint may then use
   // UCX's `self` and shared-memory transports, which have no peer-failure

@@ -32,6 +32,10 @@ struct Peer {
   const int rank;
   const std::string host;
   const std::string address;  // the peer's UCP worker address
+  // The peer's listener, where the front door said where the peer is:
+  // the endpoint is made there (listener.h); else from `address`.
+  std::string listener_ip;
+  uint16_t listener_port = 0;
 
   // Guarded by w->mu.
   ucp_ep_h ep = nullptr;

@@ -1,5 +1,7 @@
 #include "transport/ucx/ucx_transport.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <unistd.h>
 
 #include <ucp/api/ucp.h>
@@ -13,6 +15,7 @@
 #include "base/socket.h"
 #include "transport/ucx/atomics.h"
 #include "transport/ucx/endpoint.h"
+#include "transport/ucx/listener.h"
 #include "transport/ucx/memory.h"
 #include "transport/ucx/options.h"
 #include "transport/ucx/rma.h"
@@ -24,7 +27,7 @@ namespace {
 
 using net::Deadline;
 
-constexpr std::string_view kAddressMagic = "hixl-ucx/1";
+constexpr std::string_view kAddressMagic = "hixl-ucx/2";
 
 std::string HostName() {
   char buf[256] = {};
@@ -34,7 +37,8 @@ std::string HostName() {
 
 class UcxTransport final : public Transport {
  public:
-  UcxTransport(Host* host, const UcxOptions& options) : host_(host), options_(options) {}
+  UcxTransport(Host* host, const UcxOptions& options, bool local_only)
+      : host_(host), options_(options), local_only_(local_only) {}
 
   ~UcxTransport() override {
     Shutdown();
@@ -52,6 +56,22 @@ class UcxTransport final : public Transport {
 
   Status Start() {
     HIXL_ASSIGN_OR_RETURN(w_, Worker::Create(options_));
+    {
+      // Peers that come and go (engines) connect here (listener.h).  Every
+      // interface, as UCX's own TCP transport listens on; loopback only
+      // when every peer is on this host.
+      const std::string ip = local_only_ ? "127.0.0.1" : "0.0.0.0";
+      std::lock_guard lock(w_->mu);
+      auto a = Acceptor::Create(w_.get(), ip);
+      if (a.ok()) {
+        w_->acceptor = std::move(a.value());
+      } else {
+        HIXL_LOG_INFO(
+            "{}; peers reach this process by its worker address only, and UCX keeps a connection per "
+            "connect/disconnect cycle",
+            a.status().message());
+      }
+    }
     regions_ = std::make_unique<Regions>(w_.get());
     rma_ = std::make_unique<Rma>(w_.get(), host_);
     host_name_ = HostName();
@@ -63,20 +83,36 @@ class UcxTransport final : public Transport {
 
   std::string LocalAddress() const override {
     net::Writer w;
-    w.PutBytes(kAddressMagic).PutBytes(host_name_).PutBytes(w_->address);
+    uint16_t port = 0;
+    {
+      std::lock_guard lock(w_->mu);
+      if (w_->acceptor) port = w_->acceptor->port();
+    }
+    w.PutBytes(kAddressMagic).PutBytes(host_name_).PutBytes(w_->address).Put<uint16_t>(port);
     return std::move(w.str());
   }
 
   bool CanReach(std::string_view address) const override {
     std::string host, addr;
-    return Parse(address, &host, &addr);
+    uint16_t port = 0;
+    return Parse(address, &host, &addr, &port);
   }
 
-  Status Connect(int peer, std::string_view address) override {
+  Status Connect(int peer, std::string_view address, std::string_view reached_at) override {
     std::string host, addr;
-    if (!Parse(address, &host, &addr)) return Err(Errc::kTransport, "ucx: malformed address from rank {}", peer);
+    uint16_t port = 0;
+    if (!Parse(address, &host, &addr, &port)) {
+      return Err(Errc::kTransport, "ucx: malformed address from rank {}", peer);
+    }
     if (peer < 0) return Err(Errc::kInvalidRank, "ucx: rank {} is invalid", peer);
     auto p = std::make_shared<Peer>(w_, peer, std::move(host), std::move(addr));
+    // Through the peer's listener where the front door says where the peer
+    // is (listener.h); an IPv4 address only, as the listener is.
+    in_addr ip{};
+    if (port != 0 && !reached_at.empty() && ::inet_pton(AF_INET, std::string(reached_at).c_str(), &ip) == 1) {
+      p->listener_ip = std::string(reached_at);
+      p->listener_port = port;
+    }
     std::shared_ptr<Peer> old;  // released after the lock: ~Peer takes it
     std::lock_guard lock(w_->mu);
     if (peers_.size() <= static_cast<size_t>(peer)) peers_.resize(static_cast<size_t>(peer) + 1);
@@ -155,11 +191,11 @@ class UcxTransport final : public Transport {
   }
 
  private:
-  static bool Parse(std::string_view address, std::string* host, std::string* worker_address) {
+  static bool Parse(std::string_view address, std::string* host, std::string* worker_address, uint16_t* port) {
     net::Reader r(address);
     std::string magic;
     return r.GetBytes(&magic) && magic == kAddressMagic && r.GetBytes(host) && r.GetBytes(worker_address) &&
-           !worker_address->empty() && r.empty();
+           !worker_address->empty() && r.Get(port) && r.empty();
   }
 
   static Status CheckKey(const UcxKey& k, int peer) {
@@ -182,6 +218,7 @@ class UcxTransport final : public Transport {
 
   Host* const host_;
   const UcxOptions options_;
+  const bool local_only_;  // every peer is on this host: listen on loopback only
   // Device memory: RegisterRegion maps host memory only (UCS_MEMORY_TYPE_HOST).
   // Loopback: the endpoint to this process itself uses UCX's `self`
   // transport.  Atomics: the context asks for UCP_FEATURE_AMO64 and UCX
@@ -208,7 +245,7 @@ class UcxTransport final : public Transport {
 
 Result<std::unique_ptr<Transport>> CreateUcxTransport(Host* host, const Options& options) {
   HIXL_ASSIGN_OR_RETURN(const UcxOptions parsed, ParseOptions(options));
-  auto t = std::make_unique<UcxTransport>(host, parsed);
+  auto t = std::make_unique<UcxTransport>(host, parsed, options.local_only);
   HIXL_RETURN_IF_ERROR(t->Start());
   return std::unique_ptr<Transport>(std::move(t));
 }

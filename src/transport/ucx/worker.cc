@@ -132,6 +132,10 @@ Result<std::shared_ptr<Worker>> Worker::Create(const UcxOptions& options) {
 
 Worker::~Worker() {
   StopProgressThread();
+  {
+    std::lock_guard lock(mu);
+    acceptor.reset();  // its endpoints go before the worker
+  }
   if (worker) ucp_worker_destroy(worker);
   if (context) ucp_cleanup(context);
 }
@@ -167,7 +171,9 @@ void Worker::Run() {
     ucs_status_t armed;
     {
       std::lock_guard lock(mu);
-      if (ucp_worker_progress(worker) != 0) {
+      const unsigned progressed = ucp_worker_progress(worker);
+      if (acceptor) acceptor->Serve();  // what the listener's callbacks queued, here or in another thread's progress
+      if (progressed != 0) {
         if (waiters_ > 0 && completed.exchange(false, std::memory_order_relaxed)) progressed_.notify_all();
         continue;
       }

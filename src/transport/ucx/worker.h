@@ -14,6 +14,7 @@
 
 #include "base/socket.h"
 #include "transport/transport.h"
+#include "transport/ucx/listener.h"
 #include "transport/ucx/options.h"
 
 namespace hixl::transport::ucx {
@@ -38,6 +39,10 @@ class Worker {
   ucp_context_h context = nullptr;
   ucp_worker_h worker = nullptr;
   std::string address;  // the worker's UCP address, for peers
+  // The listener for peers that connect by IP address and port (null when
+  // UCX could not listen: then peers reach us by the worker address only).
+  // Guarded by mu; served by the progress thread.
+  std::unique_ptr<Acceptor> acceptor;
   // Set when a request completes or an endpoint fails: what a waiting
   // flush may be waiting for.
   std::atomic<bool> completed{false};
