@@ -188,30 +188,46 @@ struct LoopDelegate : Session::Delegate {
   }
 };
 
-TEST(Session, RefreshesOnAMissAndEverySubscriberForgetsARemovedRegionBeforeRemoveReturns) {
-  LoopDelegate d;
-  auto s = ShmSession(0);
-  ASSERT_TRUE(s);
-  ASSERT_TRUE(s->Listen("127.0.0.1", 0, &d).ok());
-  ASSERT_NE(s->port(), 0);
-  Session::Choice c = s->Pick(s->Addresses());
-  ASSERT_NE(c.transport, nullptr);
-  ASSERT_TRUE(c.transport->Connect(1, c.address, {}).ok());
-  constexpr int kFrom = 5;
-  auto control = std::make_shared<bootstrap::ControlClient>(kFrom, 1, "127.0.0.1", s->port(), "itself");
-  {
-    std::lock_guard lock(d.mu);
-    d.subscribers[kFrom] = {"itself", control};
-    d.peer = std::make_shared<PeerSession>(1, "itself", c.transport, control);
+// A session of rank 0 listening on loopback and connected to itself as
+// peer 1 (d.peer), its control client subscribed as rank 5, with one
+// 8 KiB region (buf) registered: a peer's view of this process's memory.
+struct SelfConnected {
+  void Start() {
+    s = ShmSession(0);
+    ASSERT_TRUE(s);
+    ASSERT_TRUE(s->Listen("127.0.0.1", 0, &d).ok());
+    ASSERT_NE(s->port(), 0);
+    Session::Choice c = s->Pick(s->Addresses());
+    ASSERT_NE(c.transport, nullptr);
+    ASSERT_TRUE(c.transport->Connect(1, c.address, {}).ok());
+    constexpr int kFrom = 5;
+    auto control = std::make_shared<bootstrap::ControlClient>(kFrom, 1, "127.0.0.1", s->port(), "itself");
+    {
+      std::lock_guard lock(d.mu);
+      d.subscribers[kFrom] = {"itself", control};
+      d.peer = std::make_shared<PeerSession>(1, "itself", c.transport, control);
+    }
+    base = reinterpret_cast<uint64_t>(buf.data());
+    LocalRegistry::Region r;
+    r.desc.base = base;
+    r.desc.len = buf.size();
+    ASSERT_TRUE(s->AddRegion(r).ok());
   }
-  PeerSession& peer = *d.peer;
+  LoopDelegate d;
+  std::unique_ptr<Session> s;
+  std::vector<char> buf = std::vector<char>(8192);
+  uint64_t base = 0;
+};
 
-  std::vector<char> buf(8192);
-  const auto base = reinterpret_cast<uint64_t>(buf.data());
-  LocalRegistry::Region r;
-  r.desc.base = base;
-  r.desc.len = buf.size();
-  ASSERT_TRUE(s->AddRegion(r).ok());
+TEST(Session, RefreshesOnAMissAndEverySubscriberForgetsARemovedRegionBeforeRemoveReturns) {
+  SelfConnected sc;
+  sc.Start();
+  ASSERT_FALSE(HasFatalFailure());
+  LoopDelegate& d = sc.d;
+  auto& s = sc.s;
+  PeerSession& peer = *d.peer;
+  std::vector<char>& buf = sc.buf;
+  const uint64_t base = sc.base;
 
   // Not cached yet: the miss fetches the table (and subscribes).
   EXPECT_EQ(peer.table().Find(base, 64), nullptr);
@@ -251,27 +267,13 @@ TEST(Session, RefreshesOnAMissAndEverySubscriberForgetsARemovedRegionBeforeRemov
 // is still running) holds up no other request of the process: it waits on
 // a control worker, not on the event loop.
 TEST(Session, AnInvalidationWaitingForATransferHoldsUpNoOtherRequest) {
-  LoopDelegate d;
-  auto s = ShmSession(0);
-  ASSERT_TRUE(s);
-  ASSERT_TRUE(s->Listen("127.0.0.1", 0, &d).ok());
-  Session::Choice c = s->Pick(s->Addresses());
-  ASSERT_NE(c.transport, nullptr);
-  ASSERT_TRUE(c.transport->Connect(1, c.address, {}).ok());
-  constexpr int kFrom = 5;
-  auto control = std::make_shared<bootstrap::ControlClient>(kFrom, 1, "127.0.0.1", s->port(), "itself");
-  {
-    std::lock_guard lock(d.mu);
-    d.subscribers[kFrom] = {"itself", control};
-    d.peer = std::make_shared<PeerSession>(1, "itself", c.transport, control);
-  }
+  SelfConnected sc;
+  sc.Start();
+  ASSERT_FALSE(HasFatalFailure());
+  LoopDelegate& d = sc.d;
+  auto& s = sc.s;
   PeerSession& peer = *d.peer;
-  std::vector<char> buf(8192);
-  const auto base = reinterpret_cast<uint64_t>(buf.data());
-  LocalRegistry::Region r;
-  r.desc.base = base;
-  r.desc.len = buf.size();
-  ASSERT_TRUE(s->AddRegion(r).ok());
+  const uint64_t base = sc.base;
   // A transfer into the region is in flight: it holds the table.
   PeerTable::Pin pin;
   auto e = peer.Find(base, 64, 10000, &pin);
