@@ -211,6 +211,9 @@ void PeerTable::Close() {
 }
 
 PeerTable::Pin PeerTable::Hold() const {
+  if (marks::Available()) {
+    if (marks::Slot* slot = marks::Mark(this)) return Pin(slot);
+  }
   for (;;) {
     // seq_cst: the counter's increment is ordered before the second epoch
     // load, so an AwaitReaders that advanced the epoch after it sees it.
@@ -224,21 +227,31 @@ PeerTable::Pin PeerTable::Hold() const {
 
 bool PeerTable::AwaitReaders(int64_t timeout_ms) {
   std::lock_guard lock(await_mu_);
-  // Readers that see the new epoch also see the snapshot stored before it;
-  // those counted in the old epoch's counter are the ones to wait for.
-  const uint64_t old = epoch_.fetch_add(1, std::memory_order_seq_cst);
-  const std::atomic<int64_t>& c = readers_[old & 1];
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-  for (int spin = 0; c.load(std::memory_order_acquire) != 0; ++spin) {
-    if (spin < 256) continue;
-    if (std::chrono::steady_clock::now() >= deadline) return false;
-    if (spin < 1024) {
-      std::this_thread::yield();
-    } else {
-      std::this_thread::sleep_for(std::chrono::microseconds(50));  // a long transfer: do not burn a core
+  if (marks::Available() && !marks::AwaitMarks(this, deadline)) return false;
+  // Pins on the counters (marks unavailable, or a thread's slots all held):
+  // readers that see the new epoch also see the snapshot stored before it;
+  // those counted in the old epoch's counter are the ones to wait for.
+  auto drained = [&deadline](const std::atomic<int64_t>& c) {
+    for (int spin = 0; c.load(std::memory_order_acquire) != 0; ++spin) {
+      if (spin < 256) continue;
+      if (std::chrono::steady_clock::now() >= deadline) return false;
+      if (spin < 1024) {
+        std::this_thread::yield();
+      } else {
+        std::this_thread::sleep_for(std::chrono::microseconds(50));  // a long transfer: do not burn a core
+      }
     }
-  }
-  return true;
+    return true;
+  };
+  // The other counter, which the epoch is about to send new readers to,
+  // still counts readers older than the previous call when that call timed
+  // out: they are older than this invalidation too.  No new reader joins
+  // it until the epoch advances.
+  const uint64_t now = epoch_.load(std::memory_order_seq_cst);
+  if (!drained(readers_[(now + 1) & 1])) return false;
+  const uint64_t old = epoch_.fetch_add(1, std::memory_order_seq_cst);
+  return drained(readers_[old & 1]);
 }
 
 Status AddRegionEverywhere(LocalRegistry& registry,

@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/reader_marks.h"
 #include "base/status.h"
 #include "transport/transport.h"
 
@@ -90,20 +91,24 @@ class LocalRegistry {
 // Pins make an invalidation a fence: an operation takes a Pin before it
 // looks an entry up and keeps it until the transport call that uses the
 // entry has returned; AwaitReaders, after an invalidation, waits until every
-// pin taken before it is released.  A pin is two atomic additions on one of
-// two counters chosen by an epoch that AwaitReaders advances, so a steady
-// stream of new readers cannot starve it.
+// pin taken before it is released.  A pin is a reader mark of the calling
+// thread (base/reader_marks.h: two plain stores, no shared cache line); where
+// marks are unavailable, two atomic additions on one of two counters chosen
+// by an epoch that AwaitReaders advances, so a steady stream of new readers
+// cannot starve it.
 class PeerTable {
  public:
   class Pin {
    public:
     Pin() = default;
     explicit Pin(std::atomic<int64_t>* counter) : counter_(counter) {}
-    Pin(Pin&& o) noexcept : counter_(std::exchange(o.counter_, nullptr)) {}
+    explicit Pin(marks::Slot* slot) : slot_(slot) {}
+    Pin(Pin&& o) noexcept : counter_(std::exchange(o.counter_, nullptr)), slot_(std::exchange(o.slot_, nullptr)) {}
     Pin& operator=(Pin&& o) noexcept {
       if (this != &o) {
         Release();
         counter_ = std::exchange(o.counter_, nullptr);
+        slot_ = std::exchange(o.slot_, nullptr);
       }
       return *this;
     }
@@ -111,12 +116,15 @@ class PeerTable {
     Pin& operator=(const Pin&) = delete;
     ~Pin() { Release(); }
     void Release() {
+      if (slot_) marks::Unmark(slot_);
       if (counter_) counter_->fetch_sub(1, std::memory_order_release);
       counter_ = nullptr;
+      slot_ = nullptr;
     }
 
    private:
     std::atomic<int64_t>* counter_ = nullptr;
+    marks::Slot* slot_ = nullptr;
   };
 
   struct Entry {
