@@ -34,6 +34,7 @@ ssize_t SendWithFd(int sock, const char* data, size_t size, int fd) {
   msghdr h{};
   h.msg_iov = &iov;
   h.msg_iovlen = 1;
+  if (fd < 0) return ::sendmsg(sock, &h, MSG_NOSIGNAL | MSG_DONTWAIT);
   alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(int))] = {};
   h.msg_control = ctrl;
   h.msg_controllen = sizeof(ctrl);

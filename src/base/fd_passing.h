@@ -19,7 +19,7 @@ namespace hixl::net {
 ssize_t RecvWithFds(int sock, char* buf, size_t size, size_t max_fds, std::vector<Fd>* fds, bool* truncated);
 
 // send(MSG_DONTWAIT | MSG_NOSIGNAL) of size bytes with a copy of fd going
-// with the first of them.
+// with the first of them (fd < 0: the bytes alone).
 ssize_t SendWithFd(int sock, const char* data, size_t size, int fd);
 
 }  // namespace hixl::net

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "base/auth.h"
+#include "base/fd_passing.h"
 #include "base/frame_server.h"
 #include "base/socket.h"
 #include "transport/shm/fd_channel.h"
@@ -188,20 +189,8 @@ TEST(FrameServerFds, ClientsStalledHalfWayThroughAFrameDelayNoOne) {
     if (i % 2 == 0) {
       ASSERT_EQ(::send(stalled.back().get(), &m, sizeof(m) / 2, MSG_NOSIGNAL), static_cast<ssize_t>(sizeof(m) / 2));
     } else {
-      iovec iov{&m, sizeof(m) / 2};
-      msghdr h{};
-      h.msg_iov = &iov;
-      h.msg_iovlen = 1;
-      alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(int))] = {};
-      h.msg_control = ctrl;
-      h.msg_controllen = sizeof(ctrl);
-      cmsghdr* cm = CMSG_FIRSTHDR(&h);
-      cm->cmsg_level = SOL_SOCKET;
-      cm->cmsg_type = SCM_RIGHTS;
-      cm->cmsg_len = CMSG_LEN(sizeof(int));
-      const int fd = mine.get();
-      std::memcpy(CMSG_DATA(cm), &fd, sizeof(int));
-      ASSERT_EQ(::sendmsg(stalled.back().get(), &h, MSG_NOSIGNAL), static_cast<ssize_t>(sizeof(m) / 2));
+      ASSERT_EQ(net::SendWithFd(stalled.back().get(), reinterpret_cast<const char*>(&m), sizeof(m) / 2, mine.get()),
+                static_cast<ssize_t>(sizeof(m) / 2));
     }
   }
   Fd ok = e.Dial();

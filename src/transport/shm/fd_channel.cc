@@ -9,6 +9,10 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
+#include <utility>
+#include <vector>
+
+#include "base/fd_passing.h"
 
 namespace hixl::transport::shm {
 
@@ -16,23 +20,8 @@ using net::Deadline;
 using net::Fd;
 
 Status SendMsg(int sock, const Msg& m, int fd_to_pass, Deadline deadline) {
-  iovec iov{const_cast<Msg*>(&m), sizeof(m)};
-  msghdr h{};
-  h.msg_iov = &iov;
-  h.msg_iovlen = 1;
-  alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(int))];
-  if (fd_to_pass >= 0) {
-    std::memset(ctrl, 0, sizeof(ctrl));
-    h.msg_control = ctrl;
-    h.msg_controllen = sizeof(ctrl);
-    cmsghdr* c = CMSG_FIRSTHDR(&h);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    std::memcpy(CMSG_DATA(c), &fd_to_pass, sizeof(int));
-  }
   while (true) {
-    ssize_t n = ::sendmsg(sock, &h, MSG_NOSIGNAL | MSG_DONTWAIT);
+    const ssize_t n = net::SendWithFd(sock, reinterpret_cast<const char*>(&m), sizeof(m), fd_to_pass);
     if (n == static_cast<ssize_t>(sizeof(m))) return Status::Ok();
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && errno == EAGAIN) {
@@ -45,15 +34,10 @@ Status SendMsg(int sock, const Msg& m, int fd_to_pass, Deadline deadline) {
 }
 
 Status RecvMsg(int sock, Msg* m, Fd* fd, Deadline deadline) {
-  iovec iov{m, sizeof(*m)};
-  msghdr h{};
-  h.msg_iov = &iov;
-  h.msg_iovlen = 1;
-  alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(int))];
-  h.msg_control = ctrl;
-  h.msg_controllen = sizeof(ctrl);
+  std::vector<Fd> fds;  // any beyond the first are closed here
   while (true) {
-    ssize_t n = ::recvmsg(sock, &h, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    bool truncated = false;
+    const ssize_t n = net::RecvWithFds(sock, reinterpret_cast<char*>(m), sizeof(*m), 1, &fds, &truncated);
     if (n == 0) return Err(Errc::kPeerFailed, "shm socket closed by peer");
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && errno == EAGAIN) {
@@ -66,16 +50,7 @@ Status RecvMsg(int sock, Msg* m, Fd* fd, Deadline deadline) {
     }
     break;
   }
-  for (cmsghdr* c = CMSG_FIRSTHDR(&h); c; c = CMSG_NXTHDR(&h, c)) {
-    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
-      int received = -1;
-      std::memcpy(&received, CMSG_DATA(c), sizeof(int));
-      if (fd)
-        *fd = Fd(received);
-      else
-        ::close(received);
-    }
-  }
+  if (fd && !fds.empty()) *fd = std::move(fds.front());
   return Status::Ok();
 }
 
