@@ -95,14 +95,23 @@ bool AwaitMarks(const void* owner, std::chrono::steady_clock::time_point deadlin
     }
   }
   for (const auto& [s, st] : held) {
-    for (int spin = 0; s->state.load(std::memory_order_acquire) == st; ++spin) {
-      if (spin < 256) continue;
-      if (std::chrono::steady_clock::now() >= deadline) return false;
-      if (spin < 1024) {
-        std::this_thread::yield();
-      } else {
-        std::this_thread::sleep_for(std::chrono::microseconds(50));  // a long transfer: do not burn a core
-      }
+    const Slot* slot = s;
+    const uint64_t taken = st;
+    if (!WaitUntil([slot, taken] { return slot->state.load(std::memory_order_acquire) != taken; }, deadline)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+bool WaitUntil(const std::function<bool()>& done, std::chrono::steady_clock::time_point deadline) {
+  for (int spin = 0; !done(); ++spin) {
+    if (spin < 256) continue;
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    if (spin < 1024) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
   }
   return true;

@@ -20,6 +20,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 
 namespace hixl::marks {
 
@@ -46,6 +47,11 @@ inline void Unmark(Slot* s) { s->state.store(s->state.load(std::memory_order_rel
 // false when the deadline passes first.  Call after publishing the new
 // snapshot.  Requires Available().
 bool AwaitMarks(const void* owner, std::chrono::steady_clock::time_point deadline);
+
+// Waits until done() holds, as a writer waits for readers: spins briefly,
+// then yields, then sleeps 50 us at a time (a long transfer must not cost
+// a core); false when the deadline passes first.
+bool WaitUntil(const std::function<bool()>& done, std::chrono::steady_clock::time_point deadline);
 
 namespace detail {
 // This thread's slots, registered on first use.

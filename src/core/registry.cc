@@ -233,16 +233,7 @@ bool PeerTable::AwaitReaders(int64_t timeout_ms) {
   // readers that see the new epoch also see the snapshot stored before it;
   // those counted in the old epoch's counter are the ones to wait for.
   auto drained = [&deadline](const std::atomic<int64_t>& c) {
-    for (int spin = 0; c.load(std::memory_order_acquire) != 0; ++spin) {
-      if (spin < 256) continue;
-      if (std::chrono::steady_clock::now() >= deadline) return false;
-      if (spin < 1024) {
-        std::this_thread::yield();
-      } else {
-        std::this_thread::sleep_for(std::chrono::microseconds(50));  // a long transfer: do not burn a core
-      }
-    }
-    return true;
+    return marks::WaitUntil([&c] { return c.load(std::memory_order_acquire) == 0; }, deadline);
   };
   // The other counter, which the epoch is about to send new readers to,
   // still counts readers older than the previous call when that call timed

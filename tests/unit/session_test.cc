@@ -221,13 +221,9 @@ struct SelfConnected {
 
 TEST(Session, RefreshesOnAMissAndEverySubscriberForgetsARemovedRegionBeforeRemoveReturns) {
   SelfConnected sc;
-  sc.Start();
-  ASSERT_FALSE(HasFatalFailure());
-  LoopDelegate& d = sc.d;
-  auto& s = sc.s;
+  ASSERT_NO_FATAL_FAILURE(sc.Start());
+  auto& [d, s, buf, base] = sc;
   PeerSession& peer = *d.peer;
-  std::vector<char>& buf = sc.buf;
-  const uint64_t base = sc.base;
 
   // Not cached yet: the miss fetches the table (and subscribes).
   EXPECT_EQ(peer.table().Find(base, 64), nullptr);
@@ -268,12 +264,9 @@ TEST(Session, RefreshesOnAMissAndEverySubscriberForgetsARemovedRegionBeforeRemov
 // a control worker, not on the event loop.
 TEST(Session, AnInvalidationWaitingForATransferHoldsUpNoOtherRequest) {
   SelfConnected sc;
-  sc.Start();
-  ASSERT_FALSE(HasFatalFailure());
-  LoopDelegate& d = sc.d;
-  auto& s = sc.s;
+  ASSERT_NO_FATAL_FAILURE(sc.Start());
+  auto& [d, s, buf, base] = sc;
   PeerSession& peer = *d.peer;
-  const uint64_t base = sc.base;
   // A transfer into the region is in flight: it holds the table.
   PeerTable::Pin pin;
   auto e = peer.Find(base, 64, 10000, &pin);
