@@ -1,7 +1,9 @@
 """Builds the hixl Python package with CMake: the native module hixl._hixl,
 the library it links (libhixl.so.0, next to it, found through $ORIGIN) and
 the hixlrun launcher (hixl/bin/hixlrun, started by the `hixlrun` command).
-Metadata is in pyproject.toml.  HIXL_CMAKE_ARGS adds CMake options."""
+Metadata is in pyproject.toml.  HIXL_CMAKE_ARGS adds CMake options;
+HIXL_CMAKE_BUILD_DIR sets the folder CMake builds in (default: one under
+setuptools' build_temp)."""
 
 import os
 import shlex
@@ -21,7 +23,7 @@ class CMakeExtension(Extension):
 class CMakeBuild(build_ext):
     def build_extension(self, ext):
         src = os.path.dirname(os.path.abspath(__file__))
-        build = os.path.abspath(os.path.join(self.build_temp, "cmake"))
+        build = os.path.abspath(os.environ.get("HIXL_CMAKE_BUILD_DIR") or os.path.join(self.build_temp, "cmake"))
         stage = os.path.abspath(os.path.join(self.build_temp, "stage"))
         shutil.rmtree(stage, ignore_errors=True)
         generator = ["-G", "Ninja"] if shutil.which("ninja") else []
