@@ -19,7 +19,6 @@
 #include <cstring>
 #include <functional>
 #include <new>
-#include <vector>
 
 #include "base/status.h"
 #include "core/registry.h"
@@ -34,7 +33,8 @@ namespace shm = hixl::transport::shm;
 using hixl::transport::AtomicOp;
 
 constexpr uint64_t kRegion = 256;
-constexpr size_t kChecked = 4096;  // bytes of each slot's data compared with the model
+constexpr size_t kChecked =
+    2 * kRegion;  // bytes of each slot's data compared with the model (an access reaches kRegion)
 constexpr size_t kRecord = 2 + 40;
 
 class OneRegion final : public hixl::transport::Host {
@@ -80,6 +80,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* in, size_t size) {
     return shm::Mapping(p, shm::RelayChannelBytes());
   }();
   static uint8_t* const region = new uint8_t[kRegion];
+  static const std::array<uint8_t, kChecked + 256> kPattern = [] {
+    std::array<uint8_t, kChecked + 256> p{};
+    for (size_t k = 0; k < p.size(); ++k) p[k] = static_cast<uint8_t>(k * 131 + k / 256);
+    return p;
+  }();
   const uint64_t base = reinterpret_cast<uint64_t>(region);
   const OneRegion host(base);
 
@@ -89,14 +94,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* in, size_t size) {
   h->magic = shm::kChannelMagic;
   h->slots = shm::kSlots;
   std::array<uint8_t, kRegion> model{};
-  for (size_t i = 0; i < kRegion; ++i) model[i] = region[i] = static_cast<uint8_t>(i * 7 + 1);
-  std::vector<std::vector<uint8_t>> model_data(n);
-  std::vector<shm::SlotRequest> reqs(n);
+  std::memcpy(model.data(), kPattern.data() + 1, kRegion);
+  std::memcpy(region, model.data(), kRegion);
+  std::array<std::array<uint8_t, kChecked>, shm::kSlots> model_data;
+  std::array<shm::SlotRequest, shm::kSlots> reqs{};
   for (uint32_t i = 0; i < n; ++i) {
     const uint8_t* rec = in + i * kRecord;
     const uint8_t flags = rec[0];
-    model_data[i].resize(kChecked);
-    for (size_t k = 0; k < kChecked; ++k) model_data[i][k] = static_cast<uint8_t>(rec[1] + k);
+    std::memcpy(model_data[i].data(), kPattern.data() + rec[1], kChecked);  // neighbouring bytes differ
     std::memcpy(shm::SlotData(channel.get(), i), model_data[i].data(), kChecked);
     shm::SlotRequest& r = reqs[i];
     r.op = Load32(rec + 2);
