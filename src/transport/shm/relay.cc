@@ -18,92 +18,17 @@
 #include "base/log.h"
 #include "transport/shm/fd_channel.h"
 #include "transport/shm/peer.h"
-
-// Under ThreadSanitizer: see UserMemory below.
-#if defined(__SANITIZE_THREAD__)
-#define HIXL_RELAY_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define HIXL_RELAY_TSAN 1
-#endif
-#endif
-#ifdef HIXL_RELAY_TSAN
-// The dynamic annotations the TSan runtime exports.
-extern "C" void AnnotateIgnoreReadsBegin(const char* file, int line);
-extern "C" void AnnotateIgnoreReadsEnd(const char* file, int line);
-extern "C" void AnnotateIgnoreWritesBegin(const char* file, int line);
-extern "C" void AnnotateIgnoreWritesEnd(const char* file, int line);
-#endif
+#include "transport/shm/relay_slot.h"
 
 namespace hixl::transport::shm {
 
 namespace {
 
-// The progress thread's copy of a relayed put writes the USER's registered
-// memory, that of a relayed get reads it, and a relayed atomic updates a
-// word of it.  What orders those accesses against the user's own threads is
-// the one-sided protocol between processes: the origin's flush (or wait)
-// sees the slot Done, then tells the target (a barrier, a signal, a
-// notification, a message of its own) that the bytes are there or may be
-// reused.  TSan sees one process only, so it would report every relayed
-// transfer as a race with the user's next access.  So, while a UserMemory
-// lives, this thread's accesses are left out of TSan's view; it spans the
-// user access alone (a memcpy whose other side is the slot's data, which in
-// this process only this thread touches, or the atomic on the user's word).
-// The slots' fields and the ring's words stay checked, ordered by their
-// acquire/release atomics.  Without TSan it does nothing.
-class UserMemory {
- public:
-#ifdef HIXL_RELAY_TSAN
-  UserMemory() {
-    AnnotateIgnoreReadsBegin(__FILE__, __LINE__);
-    AnnotateIgnoreWritesBegin(__FILE__, __LINE__);
-  }
-  ~UserMemory() {
-    AnnotateIgnoreWritesEnd(__FILE__, __LINE__);
-    AnnotateIgnoreReadsEnd(__FILE__, __LINE__);
-  }
-#else
-  UserMemory() = default;
-#endif
-  UserMemory(const UserMemory&) = delete;
-  UserMemory& operator=(const UserMemory&) = delete;
-};
-
 using net::Deadline;
 using net::Fd;
 
 // ------------------------------------------------------------ the ring
-
-constexpr uint32_t kSlots = 8;
-constexpr uint64_t kSlotBytes = uint64_t{1} << 20;
-constexpr uint64_t kSlotsOffset = 4096;
-constexpr uint64_t kChannelBytes = kSlotsOffset + kSlots * kSlotBytes;
-constexpr uint32_t kChannelMagic = 0x6869786c;  // "hixl"
-
-enum SlotState : uint32_t { kFree = 0, kPosted = 1, kDone = 2 };
-enum SlotOp : uint32_t { kOpPut = 1, kOpGet = 2, kOpAtomic = 3 };
-
-struct alignas(64) Slot {
-  std::atomic<uint32_t> state;  // origin: Free -> Posted; target: Posted -> Done
-  uint32_t op;
-  uint64_t addr;
-  uint64_t len;
-  int32_t status;
-  uint32_t atomic_op;  // for kOpAtomic: an AtomicOp
-  uint64_t operand;
-  uint64_t compare;
-  uint64_t result;  // for kOpAtomic: the value before
-};
-struct ChannelHeader {
-  uint32_t magic;
-  uint32_t slots;
-  Slot slot[kSlots];
-};
-static_assert(sizeof(ChannelHeader) <= kSlotsOffset);
-static_assert(std::atomic<uint32_t>::is_always_lock_free);
-
-uint8_t* SlotData(void* channel, uint32_t i) { return static_cast<uint8_t*>(channel) + kSlotsOffset + i * kSlotBytes; }
+// (its layout: relay_slot.h)
 
 long Futex(std::atomic<uint32_t>* word, int op, uint32_t val, const timespec* ts) {
   static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t));
@@ -335,30 +260,12 @@ void ServeRelay(const Mapping& channel, uint32_t* next, const Host& host) {
   while (true) {
     Slot& s = h->slot[*next];
     if (s.state.load(std::memory_order_acquire) != kPosted) return;
-    uint8_t* data = SlotData(channel.get(), *next);
-    const uint64_t addr = s.addr, len = s.len;
-    const uint32_t op = s.op;
-    bool ok = len <= kSlotBytes && host.AccessLocalRange(addr, len, [&] {
-      if (op == kOpPut) {
-        [[maybe_unused]] const UserMemory user;
-        std::memcpy(reinterpret_cast<void*>(addr), data, len);
-      } else if (op == kOpGet) {
-        [[maybe_unused]] const UserMemory user;
-        std::memcpy(data, reinterpret_cast<const void*>(addr), len);
-      } else {
-        auto* word = reinterpret_cast<uint64_t*>(addr);
-        const auto aop = static_cast<AtomicOp>(s.atomic_op);
-        const uint64_t operand = s.operand, compare = s.compare;
-        uint64_t old;
-        {
-          [[maybe_unused]] const UserMemory user;
-          old = ApplyAtomic(word, aop, operand, compare);
-        }
-        s.result = old;
-        if (aop != AtomicOp::kFetch) WakeWaiters(word);
-      }
-    });
-    s.status = ok ? 0 : HIXL_ERR_NOT_REGISTERED;
+    // The peer may rewrite the slot meanwhile: what is checked and done is
+    // this copy, read once.
+    const SlotRequest r = CopyRequest(s);
+    const SlotAnswer a = ServeRequest(r, SlotData(channel.get(), *next), host);
+    s.result = a.result;
+    s.status = a.status;
     s.state.store(kDone, std::memory_order_release);
     Futex(&s.state, FUTEX_WAKE, INT32_MAX, nullptr);
     *next = (*next + 1) % kSlots;

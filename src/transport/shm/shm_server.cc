@@ -18,6 +18,7 @@
 #include "transport/shm/fd_channel.h"
 #include "transport/shm/mapping.h"
 #include "transport/shm/relay.h"
+#include "transport/shm/shm_request.h"
 
 namespace hixl::transport::shm {
 
@@ -77,32 +78,29 @@ struct ShmServer::State {
 
   // --- on the loop thread
   void OnFrame(ConnId id, std::string_view frame, Fd fd) {
-    Msg m, reply;
-    std::memcpy(&m, frame.data(), sizeof(m));  // the frame server hands over whole messages only
-    reply.type = m.type;
-    if (m.type == kOpenRelay && fd.valid()) {
+    RequestDecision d = DecideRequest(frame, fd.valid());
+    if (d.action == RequestDecision::kOpenRelay) {
       fs->Bind(id);
       // The channel is checked and mapped on the relay thread, which
       // replies; no further request is read until it has.
       fs->Pause(id, true);
-      Queue(Cmd{Cmd::kOpen, id, std::move(fd), m.a});
+      Queue(Cmd{Cmd::kOpen, id, std::move(fd), RelayChannelBytes()});
       return;
     }
+    if (!d.why.empty()) HIXL_LOG_WARN("hixl shm socket (@{}): refused a relay channel: {}", sock_name, d.why);
     int pass = -1;
     std::unique_lock lock(segments_mu);
-    if (m.type == kGetSegment) {
+    if (d.action == RequestDecision::kGetSegment) {
       fs->Bind(id);
-      auto it = segments.find(static_cast<uint32_t>(m.a));
+      auto it = segments.find(d.segment);
       if (it == segments.end()) {
-        reply.status = HIXL_ERR_INVALID_ARG;
+        d.reply.status = HIXL_ERR_INVALID_ARG;
       } else {
         pass = it->second.first.get();
-        reply.a = it->second.second;
+        d.reply.a = it->second.second;
       }
-    } else {
-      reply.status = HIXL_ERR_INVALID_ARG;
     }
-    fs->Send(id, Bytes(reply), pass);  // a copy of pass is queued
+    fs->Send(id, Bytes(d.reply), pass);  // a copy of pass is queued
     lock.unlock();
     // A descriptor nobody asked for is closed off the loop (closing a
     // stranger's file may block).

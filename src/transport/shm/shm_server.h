@@ -7,6 +7,7 @@
 // loop, it never looks inside a descriptor a peer passed: the relay thread
 // checks, maps and serves a channel (a stranger's file could block or raise
 // SIGBUS), and closes every descriptor it was passed and did not keep.
+// What a request asks for is decided from its bytes alone (shm_request.h).
 // Caps and timeouts: those of the frame server (docs/limits.md).
 #pragma once
 
