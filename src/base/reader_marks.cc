@@ -37,6 +37,7 @@ struct ThreadBlock {
   Block* block = nullptr;
   ~ThreadBlock() {
     if (!block) return;
+    detail::t_slots = nullptr;
     std::lock_guard lock(AllBlocks().mu);
     block->in_use = false;  // no mark is held: marks live inside one call
   }
@@ -44,20 +45,19 @@ struct ThreadBlock {
 
 }  // namespace
 
-bool Available() {
-  static const bool ok = [] {
-    const long cmds = Membarrier(MEMBARRIER_CMD_QUERY);
-    if (cmds < 0 || !(cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED)) return false;
-    return Membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0;
-  }();
-  return ok;
+bool Probe() {
+  const long cmds = Membarrier(MEMBARRIER_CMD_QUERY);
+  if (cmds < 0 || !(cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED)) return false;
+  return Membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0;
 }
 
 namespace detail {
 
-Slot* ThreadSlots() {
-  thread_local ThreadBlock mine;
-  if (mine.block) return mine.block->slots;
+constinit thread_local Slot* t_slots __attribute__((tls_model("initial-exec"))) = nullptr;
+
+Slot* RegisterThread() {
+  thread_local ThreadBlock mine;  // gives the block back when the thread ends
+  if (mine.block) return t_slots = mine.block->slots;
   Blocks& b = AllBlocks();
   std::lock_guard lock(b.mu);
   for (auto& blk : b.all) {
@@ -71,7 +71,7 @@ Slot* ThreadSlots() {
     mine.block = b.all.back().get();
   }
   mine.block->in_use = true;
-  return mine.block->slots;
+  return t_slots = mine.block->slots;
 }
 
 }  // namespace detail

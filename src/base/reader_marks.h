@@ -33,8 +33,13 @@ struct Slot {
   std::atomic<uint64_t> state{0};
 };
 
+// Whether membarrier(2) serves marks here (asked of the kernel once).
+bool Probe();
 // Whether marks can be used in this process (decided once).
-bool Available();
+inline bool Available() {
+  static const bool ok = Probe();
+  return ok;
+}
 
 // Marks `owner` from this thread; nullptr when this thread's slots are all
 // held (the caller falls back).  Requires Available().
@@ -54,8 +59,15 @@ bool AwaitMarks(const void* owner, std::chrono::steady_clock::time_point deadlin
 bool WaitUntil(const std::function<bool()>& done, std::chrono::steady_clock::time_point deadline);
 
 namespace detail {
-// This thread's slots, registered on first use.
-Slot* ThreadSlots();
+// This thread's slots once registered (initial-exec: no call to find the
+// thread's copy on the fast path).
+extern constinit thread_local Slot* t_slots __attribute__((tls_model("initial-exec")));
+// Registers this thread's slots (first use).
+Slot* RegisterThread();
+inline Slot* ThreadSlots() {
+  Slot* s = t_slots;
+  return s ? s : RegisterThread();
+}
 }  // namespace detail
 
 inline Slot* Mark(const void* owner) {

@@ -161,16 +161,6 @@ PeerTable::PeerTable() {
   current_.store(snapshots_.back().get(), std::memory_order_release);
 }
 
-const PeerTable::Entry* PeerTable::Find(uint64_t addr, uint64_t len) const {
-  const Snapshot* s = current_.load(std::memory_order_acquire);
-  const auto& e = s->entries;
-  // The last entry whose base is <= addr.
-  auto it = std::upper_bound(e.begin(), e.end(), addr, [](uint64_t a, const Entry& x) { return a < x.base; });
-  if (it == e.begin()) return nullptr;
-  --it;
-  return RangeInside(addr, len, it->base, it->len) ? &*it : nullptr;
-}
-
 uint64_t PeerTable::generation() const { return current_.load(std::memory_order_acquire)->generation; }
 
 bool PeerTable::Install(uint64_t generation, std::vector<Entry> entries) {
@@ -211,16 +201,22 @@ void PeerTable::Close() {
 }
 
 PeerTable::Pin PeerTable::Hold() const {
-  if (marks::Available()) {
-    if (marks::Slot* slot = marks::Mark(this)) return Pin(slot);
-  }
+  Pin pin;
+  Hold(&pin);
+  return pin;
+}
+
+void PeerTable::HoldCounted(Pin* pin) const {
   for (;;) {
     // seq_cst: the counter's increment is ordered before the second epoch
     // load, so an AwaitReaders that advanced the epoch after it sees it.
     const uint64_t e = epoch_.load(std::memory_order_seq_cst);
     std::atomic<int64_t>& c = readers_[e & 1];
     c.fetch_add(1, std::memory_order_seq_cst);
-    if (epoch_.load(std::memory_order_seq_cst) == e) return Pin(&c);
+    if (epoch_.load(std::memory_order_seq_cst) == e) {
+      pin->counter_ = &c;
+      return;
+    }
     c.fetch_sub(1, std::memory_order_release);  // raced with AwaitReaders: take the new epoch's counter
   }
 }

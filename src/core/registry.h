@@ -3,6 +3,7 @@
 // PeerTable: the whole range must lie inside one region.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -123,6 +124,7 @@ class PeerTable {
     }
 
    private:
+    friend class PeerTable;
     std::atomic<int64_t>* counter_ = nullptr;
     marks::Slot* slot_ = nullptr;
   };
@@ -139,7 +141,15 @@ class PeerTable {
 
   PeerTable();
   // The entry holding [addr, addr+len) wholly, or nullptr.  Lock-free.
-  const Entry* Find(uint64_t addr, uint64_t len) const;
+  const Entry* Find(uint64_t addr, uint64_t len) const {
+    const Snapshot* s = current_.load(std::memory_order_acquire);
+    const auto& e = s->entries;
+    // The last entry whose base is <= addr.
+    auto it = std::upper_bound(e.begin(), e.end(), addr, [](uint64_t a, const Entry& x) { return a < x.base; });
+    if (it == e.begin()) return nullptr;
+    --it;
+    return RangeInside(addr, len, it->base, it->len) ? &*it : nullptr;
+  }
   uint64_t generation() const;
   // Installs a freshly fetched table unless an invalidation newer than it
   // arrived meanwhile (then returns false: fetch again).
@@ -152,6 +162,18 @@ class PeerTable {
 
   // Holds entries found from now until the pin is released (lock-free).
   Pin Hold() const;
+  // The same into *pin, releasing what it held first (the hot path: no Pin
+  // is copied through memory).
+  void Hold(Pin* pin) const {
+    pin->Release();
+    if (marks::Available()) {
+      if (marks::Slot* slot = marks::Mark(this)) {
+        pin->slot_ = slot;
+        return;
+      }
+    }
+    HoldCounted(pin);
+  }
   // Waits until every pin taken before this call is released; false when
   // timeout_ms passes first.  Call after Invalidate/Close: afterwards no
   // operation uses a removed entry.
@@ -163,6 +185,8 @@ class PeerTable {
   uint64_t known_generation_ = 0;
   bool closed_ = false;
   std::vector<std::unique_ptr<Snapshot>> snapshots_;
+  // Hold's way without a reader mark: a pin on the epoch's counter.
+  void HoldCounted(Pin* pin) const;
   mutable std::atomic<uint64_t> epoch_{0};
   mutable std::atomic<int64_t> readers_[2] = {0, 0};  // pins taken in even / odd epochs
   std::mutex await_mu_;                               // one AwaitReaders at a time

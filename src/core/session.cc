@@ -29,13 +29,11 @@ Status PeerSession::Refresh(int64_t timeout_ms) {
   });
 }
 
-Result<const PeerTable::Entry*> PeerSession::Find(uint64_t addr, uint64_t len, int64_t timeout_ms,
-                                                  PeerTable::Pin* pin) {
-  *pin = table_.Hold();
-  if (const PeerTable::Entry* e = table_.Find(addr, len)) return e;
+Result<const PeerTable::Entry*> PeerSession::FindAfterRefresh(uint64_t addr, uint64_t len, int64_t timeout_ms,
+                                                              PeerTable::Pin* pin) {
   pin->Release();
   HIXL_RETURN_IF_ERROR(Refresh(timeout_ms));
-  *pin = table_.Hold();
+  table_.Hold(pin);
   return table_.Find(addr, len);
 }
 

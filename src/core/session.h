@@ -67,7 +67,11 @@ class PeerSession {
   // peer has no such region.  *pin holds the entry (see PeerTable::Pin):
   // keep it until the transport call that uses the entry has returned.  No
   // pin is held while refreshing (that waits on the peer's control thread).
-  Result<const PeerTable::Entry*> Find(uint64_t addr, uint64_t len, int64_t timeout_ms, PeerTable::Pin* pin);
+  Result<const PeerTable::Entry*> Find(uint64_t addr, uint64_t len, int64_t timeout_ms, PeerTable::Pin* pin) {
+    table_.Hold(pin);  // inline: every put and get of a front door comes here
+    if (const PeerTable::Entry* e = table_.Find(addr, len)) return e;
+    return FindAfterRefresh(addr, len, timeout_ms, pin);
+  }
 
   // Makes an invalidation (or Close) of the table a fence, on the thread
   // that serves it (a control worker, or the thread that closes): waits until the operations that were using removed
@@ -81,6 +85,9 @@ class PeerSession {
   Status TakeDeferred();
 
  private:
+  // Find's miss: refreshes the table (no pin held meanwhile), then looks again.
+  Result<const PeerTable::Entry*> FindAfterRefresh(uint64_t addr, uint64_t len, int64_t timeout_ms,
+                                                   PeerTable::Pin* pin);
   const int id_;
   const std::string who_;
   transport::Transport* const transport_;

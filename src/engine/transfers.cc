@@ -57,7 +57,7 @@ Status Engine::Impl::Run(const char* api, Conn& c, TransferOp op, const std::vec
     // with no pin held (the refresh waits on the peer), then all again.
     pin.Release();
     HIXL_RETURN_IF_ERROR(c.peer->Refresh(cfg.timeout_ms));
-    pin = c.peer->table().Hold();
+    c.peer->table().Hold(&pin);
     miss = find_all();
   }
   if (miss < descs.size()) {
