@@ -206,5 +206,21 @@ TEST(FrameServerFds, ClientsStalledHalfWayThroughAFrameDelayNoOne) {
   EXPECT_EQ(Ask(ok.get(), 0, -1, &back).type, 7u);
 }
 
+// A peer that dies with our request unread resets the connection: the
+// receive fails as the peer's failure (the engine then reports the peer
+// dead), not as a transport error (CI's soak: "shm socket receive failed:
+// Connection reset by peer" for a killed engine).
+TEST(ShmFdChannel, AResetByAPeerThatDiedIsThePeersFailure) {
+  int sv[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+  Fd mine(sv[0]), theirs(sv[1]);
+  Msg m;
+  ASSERT_TRUE(transport::shm::SendMsg(mine.get(), m, -1, DeadlineIn(5000)).ok());
+  theirs.Reset();  // it dies with our request unread
+  Msg reply;
+  Status s = transport::shm::RecvMsg(mine.get(), &reply, nullptr, DeadlineIn(5000));
+  EXPECT_EQ(s.code(), Errc::kPeerFailed) << s.message();
+}
+
 }  // namespace
 }  // namespace hixl::net

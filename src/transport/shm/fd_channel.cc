@@ -45,6 +45,10 @@ Status RecvMsg(int sock, Msg* m, Fd* fd, Deadline deadline) {
       if (::poll(&p, 1, net::MsLeft(deadline)) == 0) return Err(Errc::kTimeout, "shm socket receive timed out");
       continue;
     }
+    if (n < 0 && (errno == ECONNRESET || errno == EPIPE)) {
+      // It died (or closed) with our request unread.
+      return Err(Errc::kPeerFailed, "shm socket receive failed: {}", std::strerror(errno));
+    }
     if (n != static_cast<ssize_t>(sizeof(*m))) {
       return Err(Errc::kTransport, "shm socket receive failed: {}", n < 0 ? std::strerror(errno) : "short read");
     }
