@@ -265,7 +265,9 @@ TEST(Session, RefreshesOnAMissAndEverySubscriberForgetsARemovedRegionBeforeRemov
 TEST(Session, AnInvalidationWaitingForATransferHoldsUpNoOtherRequest) {
   SelfConnected sc;
   ASSERT_NO_FATAL_FAILURE(sc.Start());
-  auto& [d, s, buf, base] = sc;
+  LoopDelegate& d = sc.d;
+  std::unique_ptr<Session>& s = sc.s;
+  const uint64_t base = sc.base;
   PeerSession& peer = *d.peer;
   // A transfer into the region is in flight: it holds the table.
   PeerTable::Pin pin;
