@@ -113,12 +113,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* in, size_t size) {
     if (flags & 1) r.addr = base - 64 + r.addr % (kRegion + 128);
     if (flags & 2) r.len %= kRegion + 64;
     shm::Slot& s = h->slot[i];
-    s.op = r.op;
-    s.atomic_op = r.atomic_op;
-    s.addr = r.addr;
-    s.len = r.len;
-    s.operand = r.operand;
-    s.compare = r.compare;
+    shm::WriteRequest(s, r);
     s.status = 12345;
     s.result = 0xfeed;
     s.state.store(shm::kPosted, std::memory_order_release);

@@ -127,12 +127,7 @@ struct Channel {
   }
   Slot& Post(uint32_t i, const SlotRequest& r) {
     Slot& s = h->slot[i];
-    s.op = r.op;
-    s.atomic_op = r.atomic_op;
-    s.addr = r.addr;
-    s.len = r.len;
-    s.operand = r.operand;
-    s.compare = r.compare;
+    WriteRequest(s, r);
     s.status = 0;
     s.result = 0;
     s.state.store(kPosted, std::memory_order_release);

@@ -126,11 +126,9 @@ Status DrainRelay(Peer* p, const RelayContext& cx) {
   return std::exchange(p->relay.error, Status::Ok());
 }
 
-void Post(Peer* p, uint32_t i, uint32_t op, uint64_t addr, uint64_t len) {
+void Post(Peer* p, uint32_t i, const SlotRequest& r) {
   Slot& s = Channel(p)->slot[i];
-  s.op = op;
-  s.addr = addr;
-  s.len = len;
+  WriteRequest(s, r);
   s.status = 0;
   s.state.store(kPosted, std::memory_order_release);
   Ring(p);
@@ -147,7 +145,7 @@ Status RelayPut(Peer* p, const RelayContext& cx, const void* src, uint64_t dst, 
     uint32_t i = p->relay.next_slot;
     HIXL_RETURN_IF_ERROR(Reclaim(p, cx, i));
     std::memcpy(SlotData(p->relay.channel.get(), i), from + done, chunk);
-    Post(p, i, kOpPut, dst + done, chunk);
+    Post(p, i, SlotRequest{.op = kOpPut, .addr = dst + done, .len = chunk});
     p->relay.next_slot = (i + 1) % kSlots;
     done += chunk;
   }
@@ -172,7 +170,7 @@ Status RelayGet(Peer* p, const RelayContext& cx, uint64_t src, void* dst, size_t
       size_t chunk = std::min<size_t>(n - posted, kSlotBytes);
       uint32_t i = p->relay.next_slot;
       HIXL_RETURN_IF_ERROR(Reclaim(p, cx, i));
-      Post(p, i, kOpGet, src + posted, chunk);
+      Post(p, i, SlotRequest{.op = kOpGet, .addr = src + posted, .len = chunk});
       inflight.push_back({i, posted, chunk});
       p->relay.next_slot = (i + 1) % kSlots;
       posted += chunk;
@@ -203,10 +201,13 @@ Status RelayAtomic(Peer* p, const RelayContext& cx, AtomicOp op, uint64_t addr, 
   const uint32_t i = p->relay.next_slot;
   HIXL_RETURN_IF_ERROR(Reclaim(p, cx, i));
   Slot& s = Channel(p)->slot[i];
-  s.atomic_op = static_cast<uint32_t>(op);
-  s.operand = operand;
-  s.compare = compare;
-  Post(p, i, kOpAtomic, addr, sizeof(uint64_t));
+  Post(p, i,
+       SlotRequest{.op = kOpAtomic,
+                   .atomic_op = static_cast<uint32_t>(op),
+                   .addr = addr,
+                   .len = sizeof(uint64_t),
+                   .operand = operand,
+                   .compare = compare});
   p->relay.next_slot = (i + 1) % kSlots;
   HIXL_RETURN_IF_ERROR(WaitNotPosted(p, cx, s));
   const int32_t status = s.status;

@@ -68,6 +68,15 @@ SlotRequest CopyRequest(const Slot& s) {
   return r;
 }
 
+void WriteRequest(Slot& s, const SlotRequest& r) {
+  s.op = r.op;
+  s.atomic_op = r.atomic_op;
+  s.addr = r.addr;
+  s.len = r.len;
+  s.operand = r.operand;
+  s.compare = r.compare;
+}
+
 int32_t CheckRequest(const SlotRequest& r) {
   switch (r.op) {
     case kOpPut:

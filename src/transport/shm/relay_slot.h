@@ -60,6 +60,10 @@ struct SlotRequest {
 // Reads each field of a slot the target saw Posted (with acquire) once.
 SlotRequest CopyRequest(const Slot& s);
 
+// The origin's side: writes r's fields into s (not its state, status or
+// result: the caller posts it with a release store of kPosted after them).
+void WriteRequest(Slot& s, const SlotRequest& r);
+
 // 0 when the request is well formed, else HIXL_ERR_INVALID_ARG: a known
 // op; a put or get of at most kSlotBytes; an atomic of exactly 8 bytes at
 // an 8-byte aligned address with a known AtomicOp.  Whether the range is
