@@ -1,0 +1,111 @@
+// scale_hixl: what a world costs as it grows, the hixl side of
+// bench/scale_vs_mpi (bench/scale_mpi.cc is the MPI side, same protocol).
+//
+//   hixlrun -n 64 build/bench/scale_hixl --barriers 20
+//
+// Every rank: times hixl_init; runs --barriers barriers, timing each; puts
+// 8 bytes into every other rank's symmetric block (the first touch of every
+// peer), fences and barriers, timing that; verifies what it received; times
+// hixl_finalize.  Rank 0 prints one JSON line: the slowest rank's init,
+// first all-to-all and finalize, and the median barrier over all ranks.
+#include <hixl/hixl.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+[[noreturn]] void Fail(const char* what) {
+  std::fprintf(stderr, "scale_hixl: %s: %s\n", what, hixl_last_error());
+  std::exit(1);
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int barriers = 20;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--barriers") == 0 && i + 1 < argc) {
+      barriers = std::atoi(argv[++i]);
+    } else {
+      std::fprintf(stderr, "usage: hixlrun -n N scale_hixl [--barriers K]\n");
+      return 2;
+    }
+  }
+  if (barriers < 1 || barriers > 100000) {
+    std::fprintf(stderr, "scale_hixl: --barriers must be 1..100000\n");
+    return 2;
+  }
+  const auto t0 = Clock::now();
+  if (hixl_init() != 0) Fail("hixl_init");
+  const double init_s = Since(t0);
+  const int me = hixl_rank(), n = hixl_world_size();
+
+  auto* block = static_cast<uint64_t*>(hixl_alloc(sizeof(uint64_t) * static_cast<size_t>(n)));
+  if (!block) Fail("hixl_alloc");
+  std::fill(block, block + n, ~uint64_t{0});
+  if (hixl_barrier() != 0) Fail("hixl_barrier");
+
+  std::vector<double> times;
+  for (int i = 0; i < barriers; ++i) {
+    const auto t = Clock::now();
+    if (hixl_barrier() != 0) Fail("hixl_barrier");
+    times.push_back(Since(t));
+  }
+  const double barrier_s = Median(times);
+
+  // The first touch of every peer: each rank's 8 bytes land in slot `me` of
+  // every other rank's block.
+  const uint64_t mine = 0x5ca1e00000000000ULL + static_cast<uint64_t>(me);
+  const auto t1 = Clock::now();
+  for (int k = 1; k < n; ++k) {
+    const int peer = (me + k) % n;
+    if (hixl_put(peer, &mine, reinterpret_cast<uint64_t>(block + me), sizeof(mine)) != 0) Fail("hixl_put");
+  }
+  if (hixl_fence() != 0) Fail("hixl_fence");
+  if (hixl_barrier() != 0) Fail("hixl_barrier");
+  const double alltoall_s = Since(t1);
+  for (int r = 0; r < n; ++r) {
+    if (r != me && block[r] != 0x5ca1e00000000000ULL + static_cast<uint64_t>(r)) {
+      std::fprintf(stderr, "scale_hixl: rank %d: slot %d holds %#llx\n", me, r,
+                   static_cast<unsigned long long>(block[r]));
+      return 1;
+    }
+  }
+
+  double mine_stats[3] = {init_s, barrier_s, alltoall_s};
+  std::vector<double> all(static_cast<size_t>(n) * 3);
+  if (hixl_allgather(mine_stats, all.data(), sizeof(mine_stats)) != 0) Fail("hixl_allgather");
+  if (hixl_free(block) != 0) Fail("hixl_free");
+  const auto t2 = Clock::now();
+  if (hixl_finalize() != 0) Fail("hixl_finalize");
+  const double finalize_s = Since(t2);
+  if (me == 0) {
+    double init_max = 0, alltoall_max = 0;
+    std::vector<double> bars;
+    for (int r = 0; r < n; ++r) {
+      init_max = std::max(init_max, all[static_cast<size_t>(r) * 3]);
+      bars.push_back(all[static_cast<size_t>(r) * 3 + 1]);
+      alltoall_max = std::max(alltoall_max, all[static_cast<size_t>(r) * 3 + 2]);
+    }
+    std::printf(
+        "{\"lib\": \"hixl\", \"ranks\": %d, \"init_s\": %.6f, \"barrier_us\": %.3f, \"first_alltoall_ms\": %.4f, "
+        "\"finalize_rank0_s\": %.6f}\n",
+        n, init_max, Median(bars) * 1e6, alltoall_max * 1e3, finalize_s);
+  }
+  return 0;
+}
