@@ -19,12 +19,17 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "base/auth.h"
 #include "base/socket.h"
 #include "base/status.h"
 
 namespace hixl::bootstrap {
+
+// The most bytes Store::Gather returns: its values and 4 bytes per value and
+// 4 more.
+constexpr uint64_t kMaxGatherBytes = 64u << 20;
 
 class Store {
  public:
@@ -40,6 +45,12 @@ class Store {
   virtual Status WaitAtLeast(const std::string& key, int64_t target, int64_t timeout_ms) = 0;
   // Removes key; absent keys are fine.
   virtual Status Delete(const std::string& key) = 0;
+  // Waits (at most timeout_ms) until the keys prefix+"0" .. prefix+"<count-1>"
+  // all exist and returns their values in that order: one request however
+  // many keys (an allgather's "everyone's record" in one round trip).
+  // kInvalidArg when count is outside [0, 2^20] or the values together are
+  // larger than a reply may be (64 MiB).
+  virtual Result<std::vector<std::string>> Gather(const std::string& prefix, int64_t count, int64_t timeout_ms) = 0;
 };
 
 // In-process store.
@@ -52,6 +63,7 @@ class MemoryStore final : public Store {
   Result<int64_t> Add(const std::string& key, int64_t delta) override;
   Status WaitAtLeast(const std::string& key, int64_t target, int64_t timeout_ms) override;
   Status Delete(const std::string& key) override;
+  Result<std::vector<std::string>> Gather(const std::string& prefix, int64_t count, int64_t timeout_ms) override;
 
  private:
   struct Impl;
@@ -94,6 +106,7 @@ class TcpStoreClient final : public Store {
   Result<int64_t> Add(const std::string& key, int64_t delta) override;
   Status WaitAtLeast(const std::string& key, int64_t target, int64_t timeout_ms) override;
   Status Delete(const std::string& key) override;
+  Result<std::vector<std::string>> Gather(const std::string& prefix, int64_t count, int64_t timeout_ms) override;
   // Says goodbye (a clean leave, not a failure) and closes the connection.
   Status Close();
 

@@ -222,6 +222,20 @@ Status TcpStoreClient::WaitAtLeast(const std::string& key, int64_t target, int64
   return impl_->Call(std::move(q), timeout_ms).status();
 }
 
+Result<std::vector<std::string>> TcpStoreClient::Gather(const std::string& prefix, int64_t count, int64_t timeout_ms) {
+  HIXL_RETURN_IF_ERROR(CheckTimeout("Gather", prefix, timeout_ms));
+  HIXL_RETURN_IF_ERROR(detail::CheckGatherCount(prefix, count));
+  Request q = MakeRequest(Op::kGather, prefix);
+  q.target = count;
+  Result<std::string> fields = impl_->Call(std::move(q), timeout_ms);
+  if (!fields.ok()) return fields.status();
+  std::vector<std::string> values;
+  if (!detail::DecodeValues(*fields, count, &values)) {
+    return Err(Errc::kBootstrap, "malformed reply from the store to GATHER of the {} keys {}0..", count, Quote(prefix));
+  }
+  return values;
+}
+
 Status TcpStoreClient::Delete(const std::string& key) {
   return impl_->Call(MakeRequest(Op::kDelete, key), std::nullopt).status();
 }

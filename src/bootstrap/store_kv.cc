@@ -47,8 +47,18 @@ Status CheckTimeout(const char* what, const std::string& key, int64_t timeout_ms
   return Status::Ok();
 }
 
-std::string WaitWhat(Op op, const std::string& key, int64_t target) {
+Status CheckGatherCount(const std::string& prefix, int64_t count) {
+  if (count < 0 || count > kMaxGather) {
+    return Err(Errc::kInvalidArg, "Gather of keys {}0..: {} keys is outside [0, {}]", Quote(prefix), count, kMaxGather);
+  }
+  return Status::Ok();
+}
+
+std::string WaitWhat(Op op, const std::string& key, int64_t target, const std::string& missing) {
   if (op == Op::kGet) return fmt::format("key {} to be set", Quote(key));
+  if (op == Op::kGather) {
+    return fmt::format("the {} keys {}0.. to be set ({} is not)", target, Quote(key), Quote(missing));
+  }
   return fmt::format("key {} to reach at least {}", Quote(key), target);
 }
 

@@ -27,9 +27,13 @@ std::optional<int64_t> ParseInt(std::string_view s);
 
 // kInvalidArg when timeout_ms is negative ("<what> of key ...").
 Status CheckTimeout(const char* what, const std::string& key, int64_t timeout_ms);
+// kInvalidArg when a Gather's count is outside [0, kMaxGather].
+Status CheckGatherCount(const std::string& prefix, int64_t count);
 
-// "key 'k' to be set" (GET) / "key 'k' to reach at least 3" (WAIT_AT_LEAST).
-std::string WaitWhat(Op op, const std::string& key, int64_t target);
+// "key 'k' to be set" (GET) / "key 'k' to reach at least 3" (WAIT_AT_LEAST)
+// / "the 4 keys 'p/'0.. to be set ('p/2' is not)" (GATHER; missing: the
+// first key not set).
+std::string WaitWhat(Op op, const std::string& key, int64_t target, const std::string& missing = {});
 
 // The key/value state shared by MemoryStore and the server (not thread-safe:
 // callers lock).

@@ -69,6 +69,35 @@ Status MemoryStore::WaitAtLeast(const std::string& key, int64_t target, int64_t 
   }
 }
 
+Result<std::vector<std::string>> MemoryStore::Gather(const std::string& prefix, int64_t count, int64_t timeout_ms) {
+  HIXL_RETURN_IF_ERROR(CheckTimeout("Gather", prefix, timeout_ms));
+  HIXL_RETURN_IF_ERROR(detail::CheckGatherCount(prefix, count));
+  const Deadline deadline = After(timeout_ms);
+  std::unique_lock<std::mutex> lock(impl_->mu);
+  int64_t next = 0;
+  while (true) {
+    while (next < count && impl_->kv.Find(detail::GatherKey(prefix, next))) ++next;
+    if (next == count) {  // every key exists (the lock is held: none can go)
+      std::vector<std::string> out;
+      uint64_t bytes = sizeof(uint32_t);
+      for (int64_t i = 0; i < count; ++i) {
+        out.push_back(*impl_->kv.Find(detail::GatherKey(prefix, i)));
+        bytes += sizeof(uint32_t) + out.back().size();
+        if (bytes > kMaxGatherBytes) {
+          return Err(Errc::kInvalidArg, "Gather of the {} keys {}0..: their values are larger than {} bytes", count,
+                     detail::Quote(prefix), kMaxGatherBytes);
+        }
+      }
+      return out;
+    }
+    if (Clock::now() >= deadline) {
+      return Err(Errc::kTimeout, "timed out after {} ms waiting for {}", timeout_ms,
+                 WaitWhat(Op::kGather, prefix, count, detail::GatherKey(prefix, next)));
+    }
+    impl_->cv.wait_until(lock, deadline);
+  }
+}
+
 Status MemoryStore::Delete(const std::string& key) {
   std::lock_guard<std::mutex> lock(impl_->mu);
   impl_->kv.Erase(key);

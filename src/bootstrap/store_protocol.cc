@@ -22,12 +22,14 @@ const char* OpName(Op op) {
     case Op::kWaitAtLeast: return "WAIT_AT_LEAST";
     case Op::kDelete: return "DELETE";
     case Op::kBye: return "BYE";
+    case Op::kGather: return "GATHER";
   }
   return "UNKNOWN";
 }
 
 bool HasKey(Op op) {
-  return op == Op::kSet || op == Op::kGet || op == Op::kAdd || op == Op::kWaitAtLeast || op == Op::kDelete;
+  return op == Op::kSet || op == Op::kGet || op == Op::kAdd || op == Op::kWaitAtLeast || op == Op::kDelete ||
+         op == Op::kGather;
 }
 
 uint32_t MaxRequestFrame(Op op) {
@@ -49,6 +51,7 @@ std::string EncodeRequest(const Request& q) {
     case Op::kGet: w.Put<int64_t>(q.timeout_ms); break;
     case Op::kAdd: w.Put<int64_t>(q.delta); break;
     case Op::kWaitAtLeast:
+    case Op::kGather:
       w.Put<int64_t>(q.target);
       w.Put<int64_t>(q.timeout_ms);
       break;
@@ -70,6 +73,8 @@ Decoded DecodeRequest(std::string_view payload, Request* q) {
     case Op::kGet: return Done(r.Get(&q->timeout_ms), r);
     case Op::kAdd: return Done(r.Get(&q->delta), r);
     case Op::kWaitAtLeast: return Done(r.Get(&q->target) && r.Get(&q->timeout_ms), r);
+    case Op::kGather:
+      return Done(r.Get(&q->target) && r.Get(&q->timeout_ms) && q->target >= 0 && q->target <= kMaxGather, r);
     case Op::kDelete:
     case Op::kBye: return Done(true, r);
   }
@@ -118,5 +123,34 @@ bool DecodeInt(std::string_view fields, int64_t* v) {
   net::Reader r(fields);
   return r.Get(v) && r.empty();
 }
+
+std::optional<std::string> EncodeValues(const std::vector<const std::string*>& values) {
+  uint64_t bytes = sizeof(uint32_t);
+  for (const std::string* v : values) bytes += sizeof(uint32_t) + v->size();
+  if (bytes > kMaxGatherBytes || values.size() > static_cast<size_t>(kMaxGather)) return std::nullopt;
+  net::Writer w;
+  w.Put<uint32_t>(static_cast<uint32_t>(values.size()));
+  for (const std::string* v : values) w.PutBytes(*v);
+  return std::move(w.str());
+}
+
+bool DecodeValues(std::string_view fields, int64_t count, std::vector<std::string>* values) {
+  if (fields.size() > kMaxGatherBytes) return false;
+  net::Reader r(fields);
+  uint32_t n = 0;
+  if (!r.Get(&n) || static_cast<int64_t>(n) != count || count > kMaxGather) return false;
+  // Each value takes at least its 4-byte length: more than that cannot be there.
+  if (n > fields.size() / sizeof(uint32_t)) return false;
+  values->clear();
+  values->reserve(n);
+  for (uint32_t i = 0; i < n; ++i) {
+    std::string v;
+    if (!r.GetBytes(&v) || v.size() > kMaxValue) return false;
+    values->push_back(std::move(v));
+  }
+  return r.empty();
+}
+
+std::string GatherKey(std::string_view prefix, int64_t i) { return std::string(prefix) + std::to_string(i); }
 
 }  // namespace hixl::bootstrap::detail

@@ -14,8 +14,11 @@
 //     WAIT_AT_LEAST  key, i64 target, i64 timeout_ms   (parked until >= target)
 //     DELETE         key
 //     BYE                                      (clean leave; no more requests)
+//     GATHER         prefix, i64 count, i64 timeout_ms
+//                    (parked until keys prefix+"0" .. prefix+"<count-1>" all exist)
 //   reply    = i32 code (0 = ok, else an hixl error code), message, fields
-//     GET -> value; ADD -> i64 new value; the others -> nothing.
+//     GET -> value; ADD -> i64 new value; GATHER -> u32 count, then count
+//     values (in key order); the others -> nothing.
 //
 // A client sends one request at a time and waits for its reply, so replies
 // need no ids.  The server parks blocking requests and answers them when they
@@ -27,8 +30,10 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "base/status.h"
+#include "bootstrap/store.h"
 
 namespace hixl::bootstrap::detail {
 
@@ -61,7 +66,12 @@ enum class Op : uint8_t {
   kWaitAtLeast = 5,
   kDelete = 6,
   kBye = 7,
+  kGather = 8,
 };
+// The most keys one GATHER may ask for, and the most its reply may carry (the
+// values and their lengths, a reply's value field).
+constexpr int64_t kMaxGather = 1 << 20;
+static_assert(kMaxGatherBytes == kMaxValue, "a GATHER reply's fields are one value field");
 
 // "SET", "WAIT_AT_LEAST", ...; "UNKNOWN" for a type not listed above.
 const char* OpName(Op op);
@@ -79,8 +89,8 @@ struct Request {
   int32_t rank = 0;        // HELLO
   std::string value;       // SET
   int64_t delta = 0;       // ADD
-  int64_t target = 0;      // WAIT_AT_LEAST
-  int64_t timeout_ms = 0;  // GET, WAIT_AT_LEAST: how long the server waits
+  int64_t target = 0;      // WAIT_AT_LEAST; GATHER: the number of keys
+  int64_t timeout_ms = 0;  // GET, WAIT_AT_LEAST, GATHER: how long the server waits
 };
 
 // The request's payload (without the frame's length).
@@ -111,5 +121,12 @@ std::string EncodeValue(std::string_view value);
 bool DecodeValue(std::string_view fields, std::string* value);
 std::string EncodeInt(int64_t v);
 bool DecodeInt(std::string_view fields, int64_t* v);
+// The fields of a GATHER reply.  Encoding fails (nullopt) when they would be
+// longer than kMaxGatherBytes; decoding fails unless exactly `count` values
+// of at most kMaxValue bytes fill the fields.
+std::optional<std::string> EncodeValues(const std::vector<const std::string*>& values);
+bool DecodeValues(std::string_view fields, int64_t count, std::vector<std::string>* values);
+// The key GATHER's i-th value is stored at.
+std::string GatherKey(std::string_view prefix, int64_t i);
 
 }  // namespace hixl::bootstrap::detail

@@ -1,4 +1,4 @@
-// The store server's requests: HELLO, SET, GET, ADD, WAIT and BYE, the
+// The store server's requests: HELLO, SET, GET, ADD, WAIT, GATHER and BYE, the
 // connections parked on a key, and the failure of a rank (store_server_impl.h).
 #include "bootstrap/store_server_impl.h"
 
@@ -25,7 +25,8 @@ void TcpStoreServer::Impl::Handle(Conn& c, std::string_view payload) {
       Reply(c, Status::Ok());
       return Notify(q.key);
     case Op::kGet:
-    case Op::kWaitAtLeast: {
+    case Op::kWaitAtLeast:
+    case Op::kGather: {
       Parked p;
       p.op = op;
       p.target = q.target;
@@ -83,7 +84,38 @@ void TcpStoreServer::Impl::Hello(Conn& c, int32_t rank) {
   Reply(c, Status::Ok());
 }
 
-std::optional<TcpStoreServer::Impl::Outcome> TcpStoreServer::Impl::TryComplete(const Parked& p) const {
+std::optional<TcpStoreServer::Impl::Outcome> TcpStoreServer::Impl::TryComplete(Parked& p) const {
+  p.watch = p.key;
+  if (p.op == Op::kGather) {
+    // The keys before p.next exist already (keys are removed only by DELETE,
+    // and gathered keys are deleted after everyone has gathered them).
+    for (; p.next < p.target; ++p.next) {
+      if (!kv.Find(detail::GatherKey(p.key, p.next))) {
+        p.watch = detail::GatherKey(p.key, p.next);
+        return std::nullopt;
+      }
+    }
+    std::vector<const std::string*> values;
+    values.reserve(static_cast<size_t>(p.target));
+    for (int64_t i = 0; i < p.target; ++i) {
+      const std::string* v = kv.Find(detail::GatherKey(p.key, i));
+      if (!v) {  // deleted while parked: wait for it again
+        p.next = i;
+        p.watch = detail::GatherKey(p.key, i);
+        return std::nullopt;
+      }
+      values.push_back(v);
+    }
+    std::optional<std::string> fields = detail::EncodeValues(values);
+    if (!fields) {
+      return Outcome{Err(Errc::kInvalidArg,
+                         "GATHER of the {} keys {}0.. : their values are larger than a reply "
+                         "may be ({} bytes)",
+                         p.target, detail::Quote(p.key), kMaxGatherBytes),
+                     {}};
+    }
+    return Outcome{Status::Ok(), std::move(*fields)};
+  }
   if (p.op == Op::kGet) {
     const std::string* v = kv.Find(p.key);
     if (!v) return std::nullopt;
@@ -100,19 +132,19 @@ Status TcpStoreServer::Impl::FailedStatus(const Conn& c, const Parked& p) const 
   std::string more;
   if (failed.size() > 1) more = fmt::format("; {} other ranks failed too", failed.size() - 1);
   return Err(Errc::kPeerFailed, "rank {} left without finalizing ({}){} while rank {} was waiting for {}", f.rank,
-             f.why, more, c.rank, WaitWhat(p.op, p.key, p.target));
+             f.why, more, c.rank, WaitWhat(p.op, p.key, p.target, p.watch));
 }
 
 Status TcpStoreServer::Impl::TimeoutStatus(const Conn& c, const Parked& p) const {
   std::string state = p.op == Op::kWaitAtLeast ? fmt::format(" ({})", kv.Describe(p.key)) : "";
   return Err(Errc::kTimeout, "rank {} timed out after {} ms waiting for {}{}", c.rank, p.timeout_ms,
-             WaitWhat(p.op, p.key, p.target), state);
+             WaitWhat(p.op, p.key, p.target, p.watch), state);
 }
 
 void TcpStoreServer::Impl::Park(Conn& c, Parked p) {
   if (!failed.empty()) return Reply(c, FailedStatus(c, p));
   if (p.timeout_ms <= 0) return Reply(c, TimeoutStatus(c, p));
-  waiters[p.key].insert(c.id);
+  waiters[p.watch].insert(c.id);
   deadlines.emplace(p.deadline, c.id);
   c.parked = std::move(p);
   fs->Pause(c.id, true);  // its next request is served after this one's reply
@@ -121,14 +153,17 @@ void TcpStoreServer::Impl::Park(Conn& c, Parked p) {
 
 void TcpStoreServer::Impl::Unpark(Conn& c) {
   if (!c.parked) return;
-  auto it = waiters.find(c.parked->key);
-  if (it != waiters.end()) {
-    it->second.erase(c.id);
-    if (it->second.empty()) waiters.erase(it);
-  }
+  Unwatch(c.id, c.parked->watch);
   deadlines.erase({c.parked->deadline, c.id});
   c.parked.reset();
   if (!c.dead) fs->Pause(c.id, false);
+}
+
+void TcpStoreServer::Impl::Unwatch(uint64_t id, const std::string& key) {
+  auto it = waiters.find(key);
+  if (it == waiters.end()) return;
+  it->second.erase(id);
+  if (it->second.empty()) waiters.erase(it);
 }
 
 void TcpStoreServer::Impl::Notify(const std::string& key) {
@@ -139,10 +174,14 @@ void TcpStoreServer::Impl::Notify(const std::string& key) {
     auto ci = conns.find(id);
     if (ci == conns.end()) continue;
     Conn& w = *ci->second;
-    if (w.dead || !w.parked || w.parked->key != key) continue;
+    if (w.dead || !w.parked || w.parked->watch != key) continue;
     if (std::optional<Outcome> o = TryComplete(*w.parked)) {
+      w.parked->watch = key;  // where Unpark finds it
       Unpark(w);
       Reply(w, o->status, o->fields);
+    } else if (w.parked->watch != key) {  // a GATHER that now waits for a later key
+      Unwatch(id, key);
+      waiters[w.parked->watch].insert(id);
     }
   }
 }

@@ -41,10 +41,14 @@ using std::chrono::milliseconds;
 struct TcpStoreServer::Impl {
   struct Parked {
     Op op = Op::kGet;
-    std::string key;
+    std::string key;  // GATHER: the prefix
     int64_t target = 0;
     int64_t timeout_ms = 0;
     Deadline deadline;
+    // The key it waits on in `waiters`: its key, or a GATHER's first missing
+    // key (`next` is that key's index; the keys before it exist).
+    std::string watch;
+    int64_t next = 0;
   };
   // A connection that passed the handshake and sent a frame; the socket
   // and its buffers are the frame server's.
@@ -95,12 +99,14 @@ struct TcpStoreServer::Impl {
   // Names the connection's peer in log lines.
   std::string Who(const Conn& c) const;
   void Hello(Conn& c, int32_t rank);
-  // The reply for a blocking request if it can be given now.
-  std::optional<Outcome> TryComplete(const Parked& p) const;
+  // The reply for a blocking request if it can be given now; otherwise
+  // sets p.watch to the key it waits on.
+  std::optional<Outcome> TryComplete(Parked& p) const;
   Status FailedStatus(const Conn& c, const Parked& p) const;
   Status TimeoutStatus(const Conn& c, const Parked& p) const;
   void Park(Conn& c, Parked p);
   void Unpark(Conn& c);
+  void Unwatch(uint64_t id, const std::string& key);
   // key changed: answer the requests parked on it that are now satisfied.
   void Notify(const std::string& key);
   void ExpireDeadlines();

@@ -204,10 +204,13 @@ Status WorldImpl::ConnectPeers() {
   mine.addresses = session_->Addresses();
   HIXL_RETURN_IF_ERROR(store_->Set(fmt::format("peer/{}", rank()), Encode(mine)));
 
+  // Everyone's record in one request: the store answers when all are in.
+  auto records = store_->Gather("peer/", n, cfg_.timeout_ms);
+  if (!records.ok()) {
+    return Err(records.status().code(), "waiting for every rank to join: {}", records.status().message());
+  }
   for (int r = 0; r < n; ++r) {
-    auto blob = store_->Get(fmt::format("peer/{}", r), cfg_.timeout_ms);
-    if (!blob.ok()) return Err(blob.status().code(), "waiting for rank {} to join: {}", r, blob.status().message());
-    std::optional<PeerRecord> rec = DecodePeerRecord(blob.value());
+    std::optional<PeerRecord> rec = DecodePeerRecord(records.value()[static_cast<size_t>(r)]);
     if (!rec) return Err(Errc::kBootstrap, "malformed peer record for rank {}", r);
     Session::Choice c = session_->Pick(rec->addresses);
     if (!c.transport) {
@@ -421,14 +424,25 @@ Status WorldImpl::Allgather(const void* send, void* recv, size_t bytes_per_rank)
   const std::string mine(static_cast<const char*>(send), bytes_per_rank);
   HIXL_RETURN_IF_ERROR(store_->Set(fmt::format("ag/{}/{}", epoch, rank()), mine));
   auto* out = static_cast<char*>(recv);
-  for (int r = 0; r < size(); ++r) {
-    auto v = store_->Get(fmt::format("ag/{}/{}", epoch, r), cfg_.timeout_ms);
-    if (!v.ok()) return Err(v.status().code(), "hixl_allgather: waiting for rank {}: {}", r, v.status().message());
-    if (v.value().size() != bytes_per_rank) {
-      return Err(Errc::kInvalidArg, "hixl_allgather: rank {} sent {} bytes but this rank expects {}", r,
-                 v.value().size(), bytes_per_rank);
+  auto take = [&](int r, const std::string& v) -> Status {
+    if (v.size() != bytes_per_rank) {
+      return Err(Errc::kInvalidArg, "hixl_allgather: rank {} sent {} bytes but this rank expects {}", r, v.size(),
+                 bytes_per_rank);
     }
-    std::memcpy(out + static_cast<size_t>(r) * bytes_per_rank, v.value().data(), bytes_per_rank);
+    std::memcpy(out + static_cast<size_t>(r) * bytes_per_rank, v.data(), bytes_per_rank);
+    return Status::Ok();
+  };
+  // Everyone's part in one request where it fits one reply, else one by one.
+  if ((bytes_per_rank + 4) * static_cast<uint64_t>(size()) + 4 <= bootstrap::kMaxGatherBytes) {
+    auto all = store_->Gather(fmt::format("ag/{}/", epoch), size(), cfg_.timeout_ms);
+    if (!all.ok()) return Err(all.status().code(), "hixl_allgather: {}", all.status().message());
+    for (int r = 0; r < size(); ++r) HIXL_RETURN_IF_ERROR(take(r, all.value()[static_cast<size_t>(r)]));
+  } else {
+    for (int r = 0; r < size(); ++r) {
+      auto v = store_->Get(fmt::format("ag/{}/{}", epoch, r), cfg_.timeout_ms);
+      if (!v.ok()) return Err(v.status().code(), "hixl_allgather: waiting for rank {}: {}", r, v.status().message());
+      HIXL_RETURN_IF_ERROR(take(r, v.value()));
+    }
   }
   // The last rank to finish reading removes the round's keys.
   HIXL_ASSIGN_OR_RETURN(int64_t done, store_->Add(fmt::format("ag/{}/done", epoch), 1));
