@@ -7,7 +7,10 @@
 // 8 bytes into every other rank's symmetric block (the first touch of every
 // peer), fences and barriers, timing that; verifies what it received; times
 // hixl_finalize.  Rank 0 prints one JSON line: the slowest rank's init,
-// first all-to-all and finalize, and the median barrier over all ranks.
+// first all-to-all and finalize, the median barrier over all ranks, and the
+// median rank's resident memory and descriptors added per peer by the first
+// touch.
+#include <dirent.h>
 #include <hixl/hixl.h>
 
 #include <algorithm>
@@ -27,6 +30,29 @@ double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::
 [[noreturn]] void Fail(const char* what) {
   std::fprintf(stderr, "scale_hixl: %s: %s\n", what, hixl_last_error());
   std::exit(1);
+}
+
+// This process's resident memory in KiB and its open descriptors (for the
+// peer-state figures of docs/scale.md).
+long RssKib() {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (!f) return -1;
+  char line[256];
+  long kib = -1;
+  while (std::fgets(line, sizeof line, f)) {
+    if (std::sscanf(line, "VmRSS: %ld kB", &kib) == 1) break;
+  }
+  std::fclose(f);
+  return kib;
+}
+
+long OpenFds() {
+  DIR* d = opendir("/proc/self/fd");
+  if (!d) return -1;
+  long n = 0;
+  while (readdir(d)) ++n;
+  closedir(d);
+  return n - 3;  // ".", ".." and the directory's own descriptor
 }
 
 double Median(std::vector<double> v) {
@@ -71,6 +97,7 @@ int main(int argc, char** argv) {
   // The first touch of every peer: each rank's 8 bytes land in slot `me` of
   // every other rank's block.
   const uint64_t mine = 0x5ca1e00000000000ULL + static_cast<uint64_t>(me);
+  const long rss0 = RssKib(), fds0 = OpenFds();
   const auto t1 = Clock::now();
   for (int k = 1; k < n; ++k) {
     const int peer = (me + k) % n;
@@ -79,6 +106,8 @@ int main(int argc, char** argv) {
   if (hixl_fence() != 0) Fail("hixl_fence");
   if (hixl_barrier() != 0) Fail("hixl_barrier");
   const double alltoall_s = Since(t1);
+  const double peer_kib = n > 1 ? static_cast<double>(RssKib() - rss0) / (n - 1) : 0;
+  const double peer_fds = n > 1 ? static_cast<double>(OpenFds() - fds0) / (n - 1) : 0;
   for (int r = 0; r < n; ++r) {
     if (r != me && block[r] != 0x5ca1e00000000000ULL + static_cast<uint64_t>(r)) {
       std::fprintf(stderr, "scale_hixl: rank %d: slot %d holds %#llx\n", me, r,
@@ -87,8 +116,9 @@ int main(int argc, char** argv) {
     }
   }
 
-  double mine_stats[3] = {init_s, barrier_s, alltoall_s};
-  std::vector<double> all(static_cast<size_t>(n) * 3);
+  double mine_stats[5] = {init_s, barrier_s, alltoall_s, peer_kib, peer_fds};
+  constexpr size_t kStats = 5;
+  std::vector<double> all(static_cast<size_t>(n) * kStats);
   if (hixl_allgather(mine_stats, all.data(), sizeof(mine_stats)) != 0) Fail("hixl_allgather");
   if (hixl_free(block) != 0) Fail("hixl_free");
   const auto t2 = Clock::now();
@@ -96,16 +126,19 @@ int main(int argc, char** argv) {
   const double finalize_s = Since(t2);
   if (me == 0) {
     double init_max = 0, alltoall_max = 0;
-    std::vector<double> bars;
+    std::vector<double> bars, kib, fds;
     for (int r = 0; r < n; ++r) {
-      init_max = std::max(init_max, all[static_cast<size_t>(r) * 3]);
-      bars.push_back(all[static_cast<size_t>(r) * 3 + 1]);
-      alltoall_max = std::max(alltoall_max, all[static_cast<size_t>(r) * 3 + 2]);
+      const double* st = &all[static_cast<size_t>(r) * kStats];
+      init_max = std::max(init_max, st[0]);
+      bars.push_back(st[1]);
+      alltoall_max = std::max(alltoall_max, st[2]);
+      kib.push_back(st[3]);
+      fds.push_back(st[4]);
     }
     std::printf(
         "{\"lib\": \"hixl\", \"ranks\": %d, \"init_s\": %.6f, \"barrier_us\": %.3f, \"first_alltoall_ms\": %.4f, "
-        "\"finalize_rank0_s\": %.6f}\n",
-        n, init_max, Median(bars) * 1e6, alltoall_max * 1e3, finalize_s);
+        "\"finalize_rank0_s\": %.6f, \"peer_state_kib\": %.1f, \"peer_fds\": %.2f}\n",
+        n, init_max, Median(bars) * 1e6, alltoall_max * 1e3, finalize_s, Median(kib), Median(fds));
   }
   return 0;
 }
