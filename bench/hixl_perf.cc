@@ -95,9 +95,15 @@ int main(int argc, char** argv) {
                "Back the benchmark's own buffers (local, registered, memcpy) with transparent "
                "huge pages (madvise)");
   app.add_flag("--no-memcpy", opt.no_memcpy, "Skip the memcpy reference");
-  app.add_flag("--touch-before-register", opt.touch_before_register,
-               "Write registered memory before registering it, as an application that registers a buffer already "
-               "in use does (its pages exist: hixl's huge-page advice, HIXL_SHM_THP, cannot change them)");
+  app.add_flag("--touch-after-register", opt.touch_after_register,
+               "Write registered memory only after registering it (by default it is written before, as an "
+               "application that registers a buffer already in use, e.g. a tensor, does: its pages exist, and "
+               "hixl's huge-page advice, HIXL_SHM_THP, cannot change them)");
+  bool touch_before = false;  // the default now; still accepted
+  app.add_flag("--touch-before-register", touch_before, "The default (kept for old command lines)")->group("");
+  app.add_option("--copy-threads", opt.copy_threads,
+                 "Set HIXL_COPY_THREADS for this run: threads that copy one large same-host transfer (auto, "
+                 "or 1 to 64)");
   app.add_option("--output,-o", opt.output, "Write the results to FILE: JSON, or CSV when FILE ends in .csv");
   app.add_option("--ref", opt.refs, "A reference's JSON from bench/mpi_pingpong or bench/gloo_ref.py (repeatable)");
   app.add_flag("--corrupt-for-test", opt.corrupt, "Testing: damage received data so that verification must fail")
@@ -123,6 +129,12 @@ int main(int argc, char** argv) {
     return app.exit(e);
   }
 
+  if (touch_before && opt.touch_after_register) {
+    std::fprintf(stderr, "hixl_perf: --touch-before-register and --touch-after-register contradict each other\n");
+    return kExitUsage;
+  }
+  // Before hixl_init: the shm transport reads it when it starts.
+  if (!opt.copy_threads.empty()) ::setenv("HIXL_COPY_THREADS", opt.copy_threads.c_str(), 1);
   auto world = hixl::World::Init();
   if (!world.ok()) {
     std::fprintf(stderr, "hixl_perf: hixl_init failed: %s\n", world.status().ToString().c_str());

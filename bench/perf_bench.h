@@ -46,7 +46,8 @@ struct Options {
   std::string rate_max = "4K";
   std::string signal_max = "64K";
   bool thp = false;
-  bool touch_before_register = false;
+  bool touch_after_register = false;  // the old default: registered memory first written after registration
+  std::string copy_threads;           // --copy-threads: HIXL_COPY_THREADS for the run ("": as set)
   bool no_memcpy = false;
   std::string output;
   std::vector<std::string> refs;

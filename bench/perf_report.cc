@@ -34,7 +34,10 @@ void Bench::PrintHeader() {
       "after the batch\n");
   for (const auto& r : refs_) Say("reference %s: %s (%s)\n", r.name.c_str(), r.label.c_str(), r.file.c_str());
   if (opt_.thp) Say("benchmark-owned buffers use transparent huge pages (--thp)\n");
-  if (opt_.touch_before_register) Say("registered memory is written before it is registered\n");
+  Say("registered memory is written %s it is registered%s\n", opt_.touch_after_register ? "after" : "before",
+      opt_.touch_after_register ? " (--touch-after-register)" : "");
+  const char* ct = std::getenv("HIXL_COPY_THREADS");
+  Say("copy threads: HIXL_COPY_THREADS=%s\n", ct && *ct ? ct : "auto (unset)");
   if (Sanitized()) Say("WARNING: built with sanitizers: the numbers are not meaningful\n");
 }
 
@@ -163,7 +166,9 @@ json Bench::Document(const json& memcpy_rows, const json& results, double elapse
                    {"many_max", many_max_},
                    {"signal_max", signal_max_},
                    {"thp", opt_.thp},
-                   {"touch_before_register", opt_.touch_before_register}};
+                   {"touch_before_register", !opt_.touch_after_register}};
+  const char* ct = std::getenv("HIXL_COPY_THREADS");
+  doc["copy_threads_env"] = ct ? ct : "";
   const char* thp = std::getenv("HIXL_SHM_THP");
   doc["shm_thp_env"] = thp ? thp : "";
   json refs = json::object();

@@ -107,10 +107,11 @@ void Bench::SetUpMemory(Pattern pattern, Mem mem) {
   } else {
     exposed_storage_ = AllocBuffer(bytes, opt_.thp);
     exposed_ = exposed_storage_.get();
-    // Memory that an application filled before registering it (a tensor
-    // already in use) has its pages already: hixl's huge-page advice
-    // (HIXL_SHM_THP) then changes nothing for them.
-    if (opt_.touch_before_register) std::memset(exposed_, 0, bytes);
+    // Written before it is registered, as an application's buffer (a tensor
+    // already in use) is: its pages exist, and hixl's huge-page advice
+    // (HIXL_SHM_THP) changes nothing for them.  --touch-after-register: the
+    // pages are first touched after registration (by the first batch).
+    if (!opt_.touch_after_register) std::memset(exposed_, 0, bytes);
     auto reg = hixl::Registration::Make(exposed_, bytes);
     if (!reg.ok()) Fatal("hixl_register_memory of " + SizeName(bytes), reg.status());
     registration_.emplace(std::move(reg).value());

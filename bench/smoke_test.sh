@@ -48,6 +48,21 @@ lines=$(wc -l < "$out/smoke.csv" 2>/dev/null || echo 0)
 grep -q '^hixl,[^,]*,3,many_to_one,sym,fetch_add,8,' "$out/smoke.csv" ||
   { echo "FAIL: $out/smoke.csv has no fetch_add line"; fail=1; }
 
+echo "== two copy threads, 8 MiB (split in parts), memory written before and after registration"
+for touch in "" --touch-after-register; do
+  "$hixlrun" -n 2 --prefix-output --timeout 120 "$perf" --sizes 8M --ops put,get --measure bw --reps 1 \
+    --batch-ms 1 --copy-threads 2 $touch --output "$out/smoke_split.json"
+  rc=$?
+  [[ $rc -eq 0 ]] || { echo "FAIL: hixl_perf --copy-threads 2 $touch exited with $rc"; fail=1; }
+  grep -q '"copy_threads_env": "2"' "$out/smoke_split.json" 2>/dev/null ||
+    { echo "FAIL: $out/smoke_split.json does not say HIXL_COPY_THREADS=2"; fail=1; }
+done
+# A world of one (no launcher): its hixl_init must refuse the value, naming it.
+msg=$(env -u RANK -u WORLD_SIZE -u MASTER_PORT timeout 60 "$perf" --sizes 8 --reps 1 --copy-threads 0 2>&1)
+rc=$?
+[[ $rc -eq 1 ]] && echo "$msg" | grep -q "HIXL_COPY_THREADS='0'" ||
+  { echo "FAIL: --copy-threads 0 (exit $rc) did not fail naming HIXL_COPY_THREADS='0': $msg"; fail=1; }
+
 for op in put put_signal fetch_add; do
   echo "== damaged data must be detected: $op"
   msg=$("$hixlrun" -n 2 --prefix-output --timeout 120 "$perf" --sizes 4K --ops $op --mem sym --reps 1 \

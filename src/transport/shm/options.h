@@ -4,6 +4,7 @@
 
 #include <vector>
 
+#include "base/copy_pool.h"
 #include "base/status.h"
 #include "transport/transport.h"
 
@@ -12,9 +13,14 @@ namespace hixl::transport::shm {
 struct ShmOptions {
   bool cma = true;  // shm_cma / HIXL_SHM_CMA: copy with process_vm_* (off: the relay)
   bool thp = true;  // shm_thp / HIXL_SHM_THP: advise huge pages for large registered regions
+  // copy_threads / HIXL_COPY_THREADS (auto: copy::AutoThreads of the cores
+  // and the host's ranks), copy_split_min / HIXL_COPY_SPLIT_MIN (testing):
+  // how mapped copies and cross-memory attach are split (base/copy_pool.h).
+  copy::Plan copy;
 };
 
-// shm_cma/HIXL_SHM_CMA and shm_thp/HIXL_SHM_THP.
+// shm_cma/HIXL_SHM_CMA, shm_thp/HIXL_SHM_THP, copy_threads/HIXL_COPY_THREADS
+// and copy_split_min/HIXL_COPY_SPLIT_MIN.
 std::vector<Switch> Switches();
 
 // The shm switches from options.settings, else the environment.  A

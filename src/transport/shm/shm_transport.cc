@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "base/auth.h"
+#include "base/copy_pool.h"
 #include "base/log.h"
 #include "base/socket.h"
 #include "transport/shm/cma.h"
@@ -127,7 +128,7 @@ class ShmTransport final : public Transport {
     Peer* p = key.peer.get();
     if (p->closed.load(std::memory_order_acquire)) return NotConnected(*p);
     if (key.mapped) {
-      std::memcpy(key.mapped + (dst - key.base), src, n);
+      copy::Copy(key.mapped + (dst - key.base), src, n, options_.copy);
       return Status::Ok();
     }
     if (p->self) {
@@ -135,7 +136,7 @@ class ShmTransport final : public Transport {
       return Status::Ok();
     }
     if (p->use_cma.load(std::memory_order_relaxed)) {
-      Status s = Cma(p, true, const_cast<void*>(src), dst, n);
+      Status s = Cma(p, true, const_cast<void*>(src), dst, n, options_.copy);
       if (s.code() != Errc::kUnsupported) return s;
     }
     return RelayPut(p, Relay(), src, dst, n);
@@ -146,7 +147,7 @@ class ShmTransport final : public Transport {
     Peer* p = key.peer.get();
     if (p->closed.load(std::memory_order_acquire)) return NotConnected(*p);
     if (key.mapped) {
-      std::memcpy(dst, key.mapped + (src - key.base), n);
+      copy::Copy(dst, key.mapped + (src - key.base), n, options_.copy);
       return Status::Ok();
     }
     if (p->self) {
@@ -154,7 +155,7 @@ class ShmTransport final : public Transport {
       return Status::Ok();
     }
     if (p->use_cma.load(std::memory_order_relaxed)) {
-      Status s = Cma(p, false, dst, src, n);
+      Status s = Cma(p, false, dst, src, n, options_.copy);
       if (s.code() != Errc::kUnsupported) return s;
     }
     return RelayGet(p, Relay(), src, dst, n);
@@ -170,7 +171,7 @@ class ShmTransport final : public Transport {
     };
     auto flush = [&]() -> Status {
       if (cma.empty()) return Status::Ok();
-      Status s = CmaV(cma_peer, write, cma.data(), cma.size());
+      Status s = CmaV(cma_peer, write, cma.data(), cma.size(), options_.copy);
       if (s.code() == Errc::kUnsupported) {
         // Refused (before anything moved): the relay takes them, one by one.
         for (const Piece& b : cma) HIXL_RETURN_IF_ERROR(one(b));
