@@ -71,15 +71,26 @@ Status DisseminationBarrier::Wait(size_t round, int from, uint64_t epoch, Clock:
   const auto start = Clock::now();
   // Spin: a signal that comes within the spin costs no system call on
   // either side's path to it (the sender's futex wake finds no sleeper).
+  // It spins with `pause` only briefly (pause_us_), then with sched_yield:
+  // a peer we have just woken is queued on our CPU (the kernel wakes it
+  // where its waker runs), and a `pause` spin would keep it from running
+  // until the spin ends -- which costs the whole spin per barrier on a busy
+  // machine, or the pause part of it while both ranks share one CPU.
   if (spin_us_ > 0) {
     const auto until = start + std::chrono::microseconds(spin_us_);
+    const auto pause_until = start + std::chrono::microseconds(opt_.yield ? 0 : pause_us_);
+    bool yield = opt_.yield || pause_us_ == 0;
     for (unsigned i = 1;; ++i) {
       if (word.load(std::memory_order_acquire) >= epoch) {
-        Adapt(Clock::now() - start, false);
+        Adapt(Clock::now() - start, false, yield && pause_us_ > 0);
         return Status::Ok();
       }
-      Relax(opt_.yield);
-      if ((opt_.yield || i % 16 == 0) && Clock::now() >= until) break;
+      Relax(yield);
+      if (yield || i % 16 == 0) {
+        const auto now = Clock::now();
+        if (now >= until) break;
+        yield = now >= pause_until;
+      }
     }
   }
   // Sleep on the word's futex (the low half: the epoch's low 32 bits change
@@ -89,7 +100,7 @@ Status DisseminationBarrier::Wait(size_t round, int from, uint64_t epoch, Clock:
   while (true) {
     const uint64_t v = word.load(std::memory_order_acquire);
     if (v >= epoch) {
-      Adapt(Clock::now() - start, true);
+      Adapt(Clock::now() - start, true, pause_us_ > 0);
       return Status::Ok();
     }
     auto now = Clock::now();
@@ -113,7 +124,16 @@ Status DisseminationBarrier::Wait(size_t round, int from, uint64_t epoch, Clock:
   }
 }
 
-void DisseminationBarrier::Adapt(Clock::duration waited, bool slept) {
+void DisseminationBarrier::Adapt(Clock::duration waited, bool slept, bool past_pause) {
+  // The pause part: dropped after a wait that outlasted it (the peer we
+  // wait for may share our CPU), tried again every kPauseRetry waits (the
+  // kernel may have moved it since).
+  if (past_pause) {
+    pause_us_ = 0;
+    waits_without_pause_ = 0;
+  } else if (pause_us_ == 0 && ++waits_without_pause_ >= kPauseRetry) {
+    pause_us_ = kPauseUs;
+  }
   const int64_t ceiling = std::max<int64_t>(0, opt_.spin_ceiling_us);
   const int64_t floor = std::min(kSpinFloorUs, ceiling);
   const int64_t w = Us(waited);

@@ -40,6 +40,8 @@ class DisseminationBarrier {
   // The spin never falls below this (unless the ceiling does): a shorter
   // one lets both sides of a pair fall asleep for good (docs/perf.md).
   static constexpr int64_t kSpinFloorUs = 50;
+  // The first part of the spin polls with `pause`, the rest with sched_yield.
+  static constexpr int64_t kPauseUs = 20;
 
   struct Options {
     int rank = 0;
@@ -79,8 +81,10 @@ class DisseminationBarrier {
  private:
   using Clock = std::chrono::steady_clock;
   Status Wait(size_t round, int from, uint64_t epoch, Clock::time_point deadline);
-  // After a wait of `waited` (that slept or not): the next spin.
-  void Adapt(Clock::duration waited, bool slept);
+  // After a wait of `waited` (that slept or not; that outlasted the pause
+  // part of the spin or not): the next spin.
+  void Adapt(Clock::duration waited, bool slept, bool past_pause);
+  static constexpr int kPauseRetry = 64;
 
   const Options opt_;
   uint64_t* const flags_;
@@ -90,6 +94,8 @@ class DisseminationBarrier {
   std::mutex mu_;  // one barrier at a time
   uint64_t epoch_ = 0;
   int64_t spin_us_;
+  int64_t pause_us_ = kPauseUs;
+  int waits_without_pause_ = 0;
 };
 
 }  // namespace hixl::world
