@@ -151,5 +151,12 @@ int main(int argc, char** argv) {
     return 1;
   }
   g_rank = hixl_rank();
-  return mode == "stress" ? Stress(g_rank, hixl_world_size()) : PeerDies(g_rank, hixl_world_size());
+  if (mode == "stress") return Stress(g_rank, hixl_world_size());
+  // The world cannot be finalized with a rank dead: it is abandoned, and the
+  // process leaves without running destructors under the transports'
+  // threads (or reporting the abandoned world as leaked).
+  const int rc = PeerDies(g_rank, hixl_world_size());
+  std::fflush(stdout);
+  std::fflush(stderr);
+  _exit(rc);
 }
