@@ -131,6 +131,9 @@ Result<Config> ParseConfig(const GetEnv& env) {
     }
     c.log_level = *l;
   }
+  if (auto v = env("HIXL_BARRIER_SPIN_US")) {
+    HIXL_ASSIGN_OR_RETURN(c.barrier_spin_us, ParseInt("HIXL_BARRIER_SPIN_US", *v, 0, 1'000'000));
+  }
   return c;
 }
 

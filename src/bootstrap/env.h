@@ -69,6 +69,9 @@ struct Config : SharedOptions {
   // launcher's choice and rank 0's start.  -1: rank 0 binds itself.
   int store_fd = -1;
   std::string log_level = "warn";
+  // HIXL_BARRIER_SPIN_US: the most a barrier's wait spins before it sleeps
+  // (world/barrier.h); 0 sleeps at once.
+  int64_t barrier_spin_us = 1000;
   std::string rank_source = "none";  // which variables gave the rank, for messages
 };
 

@@ -52,6 +52,10 @@ struct Capabilities {
   bool loopback = false;       // Connect/Put/Get to its own process (peer == Host::rank()) work
   bool atomics = false;        // Atomic() is implemented (not kUnsupported)
   bool batch = false;          // Batch() moves many pieces with fewer calls than Put/Get one by one
+  // A kSet/kAdd/kCompareSwap Atomic() on a peer's word wakes the peer's
+  // threads sleeping on that word's futex (WakeWaiters); without it, a
+  // waiter must poll (the barrier sleeps in short slices then).
+  bool wakes_waiters = false;
 };
 
 // A region of this process, as handed to RegisterRegion.

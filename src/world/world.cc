@@ -132,8 +132,14 @@ Status WorldImpl::Start() {
   }
   session_ = std::move(session.value());
 
-  // 4. Peers.
-  return ConnectPeers();
+  // 4. The barrier's flags: the first symmetric block, so at the same
+  // address on every rank, registered before the peers meet.
+  HIXL_RETURN_IF_ERROR(AllocBarrierBlock());
+
+  // 5. Peers.
+  HIXL_RETURN_IF_ERROR(ConnectPeers());
+  StartBarrier();
+  return Status::Ok();
 }
 
 Status WorldImpl::PlaceHeap() {
@@ -209,9 +215,11 @@ Status WorldImpl::ConnectPeers() {
   if (!records.ok()) {
     return Err(records.status().code(), "waiting for every rank to join: {}", records.status().message());
   }
+  host_ranks_ = 0;
   for (int r = 0; r < n; ++r) {
     std::optional<PeerRecord> rec = DecodePeerRecord(records.value()[static_cast<size_t>(r)]);
     if (!rec) return Err(Errc::kBootstrap, "malformed peer record for rank {}", r);
+    if (rec->host == mine.host) ++host_ranks_;
     Session::Choice c = session_->Pick(rec->addresses);
     if (!c.transport) {
       return Err(Errc::kUnsupported,
@@ -233,7 +241,8 @@ Status WorldImpl::ConnectPeers() {
         r, fmt::format("rank {}", r), c.transport, std::move(control), self ? &session_->registry() : nullptr);
     if (self) session_->set_self_peer(peers_[static_cast<size_t>(r)]);
   }
-  return Barrier();
+  // Every rank's flag block is registered before anyone signals into it.
+  return StoreBarrier();
 }
 
 // ------------------------------------------------------------------ memory
@@ -260,6 +269,9 @@ Status WorldImpl::Free(void* ptr) {
   if (!ptr) return Status::Ok();
   if (!heap_->Contains(ptr))
     return Err(Errc::kInvalidArg, "hixl_free: {} is not symmetric memory from hixl_alloc", ptr);
+  if (ptr == barrier_block_) {
+    return Err(Errc::kInvalidArg, "hixl_free: {} is hixl's own block (the barrier's flags), not from hixl_alloc", ptr);
+  }
   std::optional<LocalRegistry::Region> removed;
   Status s = session_->RemoveRegion(reinterpret_cast<uint64_t>(ptr), true, &removed);
   if (!s.ok() && !removed) return Err(s.code(), "hixl_free: {}", s.message());
@@ -395,22 +407,6 @@ Status WorldImpl::Fence() {
   return s;
 }
 
-Status WorldImpl::Barrier() {
-  HIXL_RETURN_IF_ERROR(Fence());
-  const uint64_t epoch = barrier_epoch_.fetch_add(1);
-  const std::string key = fmt::format("barrier/{}", epoch);
-  HIXL_ASSIGN_OR_RETURN(int64_t arrived, store_->Add(key, 1));
-  // The last to arrive knows that everyone has: asking the store again would
-  // only give rank 0 (which may leave as soon as it has passed) time to go.
-  if (arrived < size()) {
-    Status s = store_->WaitAtLeast(key, size(), cfg_.timeout_ms);
-    if (!s.ok()) return Err(s.code(), "hixl_barrier: {}", s.message());
-  }
-  // Everyone has passed barrier epoch-2 once anyone passes this one.
-  if (rank() == 0 && epoch >= 2) (void)store_->Delete(fmt::format("barrier/{}", epoch - 2));
-  return Status::Ok();
-}
-
 Status WorldImpl::Allgather(const void* send, void* recv, size_t bytes_per_rank) {
   if (bytes_per_rank == 0) return Status::Ok();
   if (!send || !recv) return Err(Errc::kInvalidArg, "hixl_allgather: {} is NULL", send ? "recv" : "send");
@@ -456,7 +452,12 @@ Status WorldImpl::Allgather(const void* send, void* recv, size_t bytes_per_rank)
 Status WorldImpl::Finalize() {
   if (finalized_) return Status::Ok();
   finalized_ = true;
-  Status s = Barrier();  // fences, and nobody leaves while others still work
+  // Fences, and nobody leaves while others still work: the data-plane
+  // barrier, then the store's, so that nobody closes the store (which the
+  // data-plane barrier asks about dead peers) or unmaps while another is
+  // still in the first.
+  Status s = Barrier();
+  if (s.ok()) s = StoreBarrier();
   session_->Shutdown();
   if (tcp_store_) {
     if (rank() == 0) {

@@ -19,6 +19,7 @@
 #include "core/registry.h"
 #include "core/session.h"
 #include "transport/transport.h"
+#include "world/barrier.h"
 #include "world/heap.h"
 
 namespace hixl::world {
@@ -46,6 +47,7 @@ class WorldImpl final : private Session::Delegate {
   Status Put(int dst_rank, const void* src, uint64_t dst_addr, size_t size);
   Status Get(int src_rank, uint64_t src_addr, void* dst, size_t size);
   Status Fence();
+  // On the data plane (world_barrier.cc, world/barrier.h); implies Fence.
   Status Barrier();
   Status Allgather(const void* send, void* recv, size_t bytes_per_rank);
 
@@ -76,6 +78,13 @@ class WorldImpl final : private Session::Delegate {
   Status PlaceHeap();
   Status ConnectPeers();
   Result<std::unique_ptr<bootstrap::TcpStoreServer>> HostStore();
+  // The barrier (world_barrier.cc): its flag block, the first symmetric
+  // block of every rank; the barrier through rank 0's store, for init and
+  // finalize; one signal of the data-plane barrier.
+  Status AllocBarrierBlock();
+  void StartBarrier();
+  Status StoreBarrier();
+  Status SignalBarrier(int to, size_t round, uint64_t epoch);
 
   Status CheckRemote(const char* op, int peer, uint64_t addr, const void* local, size_t size) const;
   // The entry holding the range, held by *pin until the caller's transport
@@ -103,7 +112,10 @@ class WorldImpl final : private Session::Delegate {
   Status EnqueueNotification(int from, std::string data);
   NotifyQueue<Notification> notifications_;
 
-  std::atomic<uint64_t> barrier_epoch_{0};
+  void* barrier_block_ = nullptr;  // DisseminationBarrier::kBlockBytes at the heap's start
+  std::unique_ptr<DisseminationBarrier> barrier_;
+  int host_ranks_ = 1;  // ranks on this host (same address towards rank 0's store), this one included
+  std::atomic<uint64_t> barrier_epoch_{0};  // of the store barrier
   std::atomic<uint64_t> allgather_epoch_{0};
   bool finalized_ = false;
 };

@@ -337,6 +337,15 @@ TEST(EnvTest, LogLevelParsed) {
   }
 }
 
+TEST(EnvTest, BarrierSpinParsed) {
+  EXPECT_EQ(ParseOk({}).barrier_spin_us, 1000);
+  EXPECT_EQ(ParseOk({{"HIXL_BARRIER_SPIN_US", "0"}}).barrier_spin_us, 0);
+  EXPECT_EQ(ParseOk({{"HIXL_BARRIER_SPIN_US", "250"}}).barrier_spin_us, 250);
+  EXPECT_THAT(ParseError({{"HIXL_BARRIER_SPIN_US", "-1"}}), HasSubstr("HIXL_BARRIER_SPIN_US"));
+  EXPECT_THAT(ParseError({{"HIXL_BARRIER_SPIN_US", "1ms"}}), HasSubstr("HIXL_BARRIER_SPIN_US"));
+  EXPECT_THAT(ParseError({{"HIXL_BARRIER_SPIN_US", "2000000"}}), HasSubstr("out of range"));
+}
+
 TEST(EnvTest, EverythingAtOnce) {
   Config c = ParseOk({{"SLURM_PROCID", "2"},
                       {"SLURM_NTASKS", "3"},

@@ -297,12 +297,14 @@ class ShmTransport final : public Transport {
   // Atomics: on mapped (heap) words and on this process's own memory the
   // origin applies them; elsewhere the target's progress thread does, through
   // the relay.  Batch: cross-memory attach moves up to 64 pieces per call.
+  // Either way the one who applies an atomic wakes the word's sleepers.
   static constexpr Capabilities kCaps{.host_memory = true,
                                       .device_memory = false,
                                       .remote_hosts = false,
                                       .loopback = true,
                                       .atomics = true,
-                                      .batch = true};
+                                      .batch = true,
+                                      .wakes_waiters = true};
   std::string host_id_;
   std::string sock_name_;
   std::unique_ptr<ShmServer> server_;  // the socket (on the event loop) and the relay thread

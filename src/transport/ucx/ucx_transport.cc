@@ -229,7 +229,8 @@ class UcxTransport final : public Transport {
                                       .remote_hosts = true,
                                       .loopback = true,
                                       .atomics = true,
-                                      .batch = false};
+                                      .batch = false,
+                                      .wakes_waiters = false};  // UCX applies a remote AMO without a futex wake
   std::shared_ptr<Worker> w_;
   std::unique_ptr<Regions> regions_;
   std::unique_ptr<Rma> rma_;

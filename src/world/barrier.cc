@@ -1,0 +1,152 @@
+#include "world/barrier.h"
+
+#include <linux/futex.h>
+#include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+
+namespace hixl::world {
+
+namespace {
+
+int64_t Us(std::chrono::steady_clock::duration d) {
+  return std::chrono::duration_cast<std::chrono::microseconds>(d).count();
+}
+
+void Relax(bool yield) {
+  if (yield) {
+    ::sched_yield();
+  } else {
+    __builtin_ia32_pause();
+  }
+}
+
+}  // namespace
+
+DisseminationBarrier::DisseminationBarrier(const Options& options, uint64_t* flags, Signal signal, Probe probe,
+                                           Wakes wakes)
+    : opt_(options),
+      flags_(flags),
+      signal_(std::move(signal)),
+      probe_(std::move(probe)),
+      wakes_(std::move(wakes)),
+      spin_us_(std::max<int64_t>(0, options.spin_ceiling_us)) {}
+
+size_t DisseminationBarrier::Rounds(int n) {
+  size_t k = 0;
+  while (k < kMaxRounds && (uint64_t{1} << k) < static_cast<uint64_t>(std::max(n, 1))) ++k;
+  return k;
+}
+
+Status DisseminationBarrier::Run() {
+  std::lock_guard lock(mu_);
+  const int n = opt_.size;
+  if (n <= 1) return Status::Ok();
+  const uint64_t epoch = ++epoch_;
+  const auto deadline = Clock::now() + std::chrono::milliseconds(opt_.timeout_ms);
+  const size_t rounds = Rounds(n);
+  for (size_t k = 0; k < rounds; ++k) {
+    const int dist = static_cast<int>((uint64_t{1} << k) % static_cast<uint64_t>(n));
+    const int to = (opt_.rank + dist) % n;
+    const int from = (opt_.rank - dist + n) % n;
+    Status s = signal_(to, k, epoch);
+    if (!s.ok()) {
+      // A peer that died is the cause worth naming, whichever it is.
+      HIXL_RETURN_IF_ERROR(probe_());
+      return Err(s.code(), "hixl_barrier: rank {} cannot signal rank {} (round {} of {}): {}", opt_.rank, to, k + 1,
+                 rounds, s.message());
+    }
+    HIXL_RETURN_IF_ERROR(Wait(k, from, epoch, deadline));
+  }
+  return Status::Ok();
+}
+
+Status DisseminationBarrier::Wait(size_t round, int from, uint64_t epoch, Clock::time_point deadline) {
+  uint64_t* const raw = flags_ + FlagOffset(round) / sizeof(uint64_t);
+  std::atomic_ref<uint64_t> word(*raw);
+  if (word.load(std::memory_order_acquire) >= epoch) return Status::Ok();
+  const auto start = Clock::now();
+  // Spin: a signal that comes within the spin costs no system call on
+  // either side's path to it (the sender's futex wake finds no sleeper).
+  // It spins with `pause` only briefly (pause_us_), then with sched_yield:
+  // a peer we have just woken is queued on our CPU (the kernel wakes it
+  // where its waker runs), and a `pause` spin would keep it from running
+  // until the spin ends -- which costs the whole spin per barrier on a busy
+  // machine, or the pause part of it while both ranks share one CPU.
+  if (spin_us_ > 0) {
+    const auto until = start + std::chrono::microseconds(spin_us_);
+    const auto pause_until = start + std::chrono::microseconds(opt_.yield ? 0 : pause_us_);
+    bool yield = opt_.yield || pause_us_ == 0;
+    for (unsigned i = 1;; ++i) {
+      if (word.load(std::memory_order_acquire) >= epoch) {
+        Adapt(Clock::now() - start, false, yield && pause_us_ > 0);
+        return Status::Ok();
+      }
+      Relax(yield);
+      if (yield || i % 16 == 0) {
+        const auto now = Clock::now();
+        if (now >= until) break;
+        yield = now >= pause_until;
+      }
+    }
+  }
+  // Sleep on the word's futex (the low half: the epoch's low 32 bits change
+  // with every barrier), asking now and then whether a peer has died.
+  const bool wakes = wakes_(from);
+  auto next_probe = Clock::now() + opt_.probe_every;
+  while (true) {
+    const uint64_t v = word.load(std::memory_order_acquire);
+    if (v >= epoch) {
+      Adapt(Clock::now() - start, true, pause_us_ > 0);
+      return Status::Ok();
+    }
+    auto now = Clock::now();
+    if (now >= deadline) {
+      return Err(Errc::kTimeout,
+                 "hixl_barrier: rank {} waited {} ms in vain for the signal of rank {} (round {}, barrier {}; its "
+                 "flag shows barrier {}) (HIXL_TIMEOUT_MS={})",
+                 opt_.rank, Us(now - start) / 1000, from, round + 1, epoch, v, opt_.timeout_ms);
+    }
+    if (now >= next_probe) {
+      HIXL_RETURN_IF_ERROR(probe_());
+      now = Clock::now();
+      next_probe = now + opt_.probe_every;
+    }
+    auto until = std::min(next_probe, deadline);
+    if (!wakes) until = std::min<Clock::time_point>(until, now + opt_.poll_slice);
+    const int64_t ns =
+        std::max<int64_t>(1000, std::chrono::duration_cast<std::chrono::nanoseconds>(until - now).count());
+    timespec ts{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
+    ::syscall(SYS_futex, raw, FUTEX_WAIT, static_cast<uint32_t>(v), &ts, nullptr, 0);
+  }
+}
+
+void DisseminationBarrier::Adapt(Clock::duration waited, bool slept, bool past_pause) {
+  // The pause part: dropped after a wait that outlasted it (the peer we
+  // wait for may share our CPU), tried again every kPauseRetry waits (the
+  // kernel may have moved it since).
+  if (past_pause) {
+    pause_us_ = 0;
+    waits_without_pause_ = 0;
+  } else if (pause_us_ == 0 && ++waits_without_pause_ >= kPauseRetry) {
+    pause_us_ = kPauseUs;
+  }
+  const int64_t ceiling = std::max<int64_t>(0, opt_.spin_ceiling_us);
+  const int64_t floor = std::min(kSpinFloorUs, ceiling);
+  const int64_t w = Us(waited);
+  int64_t next;
+  if (slept) {
+    // The signal came after the spin: spin longer next time, past the
+    // sleeper's wake-up, or both sides of a pair keep sleeping.
+    next = std::max(spin_us_ * 2, w * 2);
+  } else {
+    // Came within the spin: shrink slowly towards what was needed.
+    next = std::max(w * 4, spin_us_ - spin_us_ / 8);
+  }
+  spin_us_ = std::clamp(next, floor, ceiling);
+}
+
+}  // namespace hixl::world

@@ -1,0 +1,75 @@
+// The world's barriers: the data-plane one that hixl_barrier runs
+// (world/barrier.h: flags in the first symmetric block, set by the
+// transports' remote atomics), and the one through rank 0's store that init
+// and finalize run.
+#include <sched.h>
+
+#include <thread>
+
+#include "world/world.h"
+
+namespace hixl::world {
+
+Status WorldImpl::AllocBarrierBlock() {
+  auto block = Alloc(DisseminationBarrier::kBlockBytes);
+  if (!block.ok()) {
+    return Err(block.status().code(), "cannot allocate the barrier's flag block: {}", block.status().message());
+  }
+  barrier_block_ = block.value();
+  return Status::Ok();
+}
+
+void WorldImpl::StartBarrier() {
+  // Every transport built in has remote atomics (a rank signalling over
+  // one without would fail the barrier with kUnsupported, naming it).
+  if (size() == 1) return;
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  int ncpu = ::sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 0;
+  if (ncpu <= 0) ncpu = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  DisseminationBarrier::Options o;
+  o.rank = rank();
+  o.size = size();
+  o.spin_ceiling_us = cfg_.barrier_spin_us;
+  o.yield = host_ranks_ > ncpu;
+  o.timeout_ms = cfg_.timeout_ms;
+  barrier_ = std::make_unique<DisseminationBarrier>(
+      o, static_cast<uint64_t*>(barrier_block_),
+      [this](int to, size_t round, uint64_t epoch) { return SignalBarrier(to, round, epoch); },
+      [this] { return DeadPeer("hixl_barrier"); },
+      [this](int from) { return peer(from).transport().caps().wakes_waiters; });
+}
+
+Status WorldImpl::SignalBarrier(int to, size_t round, uint64_t epoch) {
+  const uint64_t addr = reinterpret_cast<uint64_t>(barrier_block_) + DisseminationBarrier::FlagOffset(round);
+  PeerTable::Pin pin;
+  HIXL_ASSIGN_OR_RETURN(const PeerTable::Entry* e, Lookup("hixl_barrier", to, addr, sizeof(uint64_t), &pin));
+  uint64_t old = 0;
+  // Ordered after every put this rank issued to the peer (and the fence
+  // before the barrier completed them all).
+  return peer(to).transport().Atomic(to, *e->key, transport::AtomicOp::kSet, addr, epoch, 0, &old);
+}
+
+Status WorldImpl::Barrier() {
+  if (!barrier_) return StoreBarrier();
+  HIXL_RETURN_IF_ERROR(Fence());
+  return barrier_->Run();
+}
+
+Status WorldImpl::StoreBarrier() {
+  HIXL_RETURN_IF_ERROR(Fence());
+  const uint64_t epoch = barrier_epoch_.fetch_add(1);
+  const std::string key = fmt::format("barrier/{}", epoch);
+  HIXL_ASSIGN_OR_RETURN(int64_t arrived, store_->Add(key, 1));
+  // The last to arrive knows that everyone has: asking the store again would
+  // only give rank 0 (which may leave as soon as it has passed) time to go.
+  if (arrived < size()) {
+    Status s = store_->WaitAtLeast(key, size(), cfg_.timeout_ms);
+    if (!s.ok()) return Err(s.code(), "hixl_barrier: {}", s.message());
+  }
+  // Everyone has passed barrier epoch-2 once anyone passes this one.
+  if (rank() == 0 && epoch >= 2) (void)store_->Delete(fmt::format("barrier/{}", epoch - 2));
+  return Status::Ok();
+}
+
+}  // namespace hixl::world

@@ -1,0 +1,182 @@
+// Unit tests of the dissemination barrier (src/world/barrier.h), with
+// threads as ranks: each thread's flag block is plain memory, and a signal
+// is an atomic store into the peer's block plus a futex wake, as the shm
+// transport's atomic on a mapped word does.  The multi-process runs over
+// the real transports are tests/mp/barrier_stress.cc.
+#include "world/barrier.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "transport/transport.h"
+
+namespace hixl::world {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct alignas(64) Block {
+  uint64_t words[DisseminationBarrier::kBlockBytes / sizeof(uint64_t)] = {};
+};
+
+// n ranks as threads.
+struct Ranks {
+  explicit Ranks(int n, DisseminationBarrier::Options base = {}, bool wakes = true) : blocks(static_cast<size_t>(n)) {
+    for (int r = 0; r < n; ++r) {
+      DisseminationBarrier::Options o = base;
+      o.rank = r;
+      o.size = n;
+      barriers.push_back(std::make_unique<DisseminationBarrier>(
+          o, blocks[static_cast<size_t>(r)].words,
+          [this](int to, size_t round, uint64_t epoch) -> Status {
+            uint64_t* w = &blocks[static_cast<size_t>(to)].words[DisseminationBarrier::FlagOffset(round) / 8];
+            std::atomic_ref<uint64_t>(*w).store(epoch);
+            transport::WakeWaiters(w);
+            ++signals;
+            return Status::Ok();
+          },
+          [] { return Status::Ok(); }, [wakes](int) { return wakes; }));
+    }
+  }
+  std::vector<Block> blocks;
+  std::vector<std::unique_ptr<DisseminationBarrier>> barriers;
+  std::atomic<uint64_t> signals{0};
+};
+
+TEST(DisseminationBarrierTest, RoundsAreCeilLog2) {
+  EXPECT_EQ(DisseminationBarrier::Rounds(1), 0u);
+  EXPECT_EQ(DisseminationBarrier::Rounds(2), 1u);
+  EXPECT_EQ(DisseminationBarrier::Rounds(3), 2u);
+  EXPECT_EQ(DisseminationBarrier::Rounds(4), 2u);
+  EXPECT_EQ(DisseminationBarrier::Rounds(5), 3u);
+  EXPECT_EQ(DisseminationBarrier::Rounds(8), 3u);
+  EXPECT_EQ(DisseminationBarrier::Rounds(9), 4u);
+  EXPECT_EQ(DisseminationBarrier::Rounds(256), 8u);
+  EXPECT_LE(DisseminationBarrier::Rounds(1 << 30) * DisseminationBarrier::kLine, DisseminationBarrier::kBlockBytes);
+}
+
+// Every rank writes its slot, barriers, and checks every slot; two
+// buffers alternate (as tests/mp/barrier_stress.cc does).
+void OrdersMemory(int n, bool wakes, int64_t spin_us) {
+  DisseminationBarrier::Options o;
+  o.spin_ceiling_us = spin_us;
+  o.timeout_ms = 60000;
+  // As the world does: more ranks than CPUs spin with sched_yield.
+  o.yield = static_cast<unsigned>(n) > std::thread::hardware_concurrency();
+  Ranks ranks(n, o, wakes);
+  constexpr uint64_t kIters = 300;
+  std::vector<uint64_t> slots(2 * static_cast<size_t>(n), 0);
+  std::atomic<int> errors{0};
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      for (uint64_t i = 1; i <= kIters; ++i) {
+        const size_t buf = i % 2;
+        std::atomic_ref<uint64_t>(slots[buf * static_cast<size_t>(n) + static_cast<size_t>(r)])
+            .store(i * 1000 + static_cast<uint64_t>(r), std::memory_order_relaxed);
+        if (!ranks.barriers[static_cast<size_t>(r)]->Run().ok()) {
+          ++errors;
+          return;
+        }
+        for (int s = 0; s < n; ++s) {
+          const uint64_t v = std::atomic_ref<uint64_t>(slots[buf * static_cast<size_t>(n) + static_cast<size_t>(s)])
+                                 .load(std::memory_order_relaxed);
+          if (v != i * 1000 + static_cast<uint64_t>(s)) ++errors;
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(errors.load(), 0);
+  EXPECT_EQ(ranks.signals.load(), kIters * static_cast<uint64_t>(n) * DisseminationBarrier::Rounds(n));
+  for (auto& b : ranks.barriers) {
+    EXPECT_GE(b->spin_us(), std::min<int64_t>(spin_us, DisseminationBarrier::kSpinFloorUs));
+    EXPECT_LE(b->spin_us(), spin_us);
+  }
+}
+
+TEST(DisseminationBarrierTest, OrdersMemoryAtEverySize) {
+  for (int n : {1, 2, 3, 5, 8}) {
+    SCOPED_TRACE("ranks: " + std::to_string(n));
+    OrdersMemory(n, true, 1000);
+  }
+}
+
+TEST(DisseminationBarrierTest, SleepsAtOnceWithNoSpin) { OrdersMemory(4, true, 0); }
+
+TEST(DisseminationBarrierTest, PeersThatDoNotWakeArePolled) { OrdersMemory(3, false, 0); }
+
+TEST(DisseminationBarrierTest, ADeadPeerEndsTheWaitNamingIt) {
+  Block block;
+  DisseminationBarrier::Options o;
+  o.rank = 0;
+  o.size = 2;
+  o.spin_ceiling_us = 0;
+  o.timeout_ms = 60000;
+  o.probe_every = std::chrono::milliseconds(5);
+  std::atomic<int> probes{0};
+  DisseminationBarrier b(
+      o, block.words, [](int, size_t, uint64_t) { return Status::Ok(); },
+      [&] { return ++probes < 3 ? Status::Ok() : Err(Errc::kPeerFailed, "hixl_barrier: rank 1 left"); },
+      [](int) { return true; });
+  const auto start = Clock::now();
+  Status s = b.Run();
+  EXPECT_EQ(s.code(), Errc::kPeerFailed);
+  EXPECT_NE(s.message().find("rank 1"), std::string::npos) << s.message();
+  EXPECT_EQ(probes.load(), 3);
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(30));
+}
+
+TEST(DisseminationBarrierTest, ASilentPeerTimesOutNamingIt) {
+  Block block;
+  DisseminationBarrier::Options o;
+  o.rank = 2;
+  o.size = 3;
+  o.spin_ceiling_us = 100;
+  o.timeout_ms = 50;
+  DisseminationBarrier b(
+      o, block.words, [](int, size_t, uint64_t) { return Status::Ok(); }, [] { return Status::Ok(); },
+      [](int) { return true; });
+  Status s = b.Run();
+  EXPECT_EQ(s.code(), Errc::kTimeout);
+  // Round 1: rank 2 waits for rank 1.
+  EXPECT_NE(s.message().find("signal of rank 1"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("HIXL_TIMEOUT_MS=50"), std::string::npos) << s.message();
+}
+
+TEST(DisseminationBarrierTest, AFailedSignalNamesThePeer) {
+  Block block;
+  DisseminationBarrier::Options o;
+  o.rank = 0;
+  o.size = 4;
+  DisseminationBarrier b(
+      o, block.words, [](int to, size_t, uint64_t) { return Err(Errc::kTransport, "broken pipe to {}", to); },
+      [] { return Status::Ok(); }, [](int) { return true; });
+  Status s = b.Run();
+  EXPECT_EQ(s.code(), Errc::kTransport);
+  EXPECT_NE(s.message().find("cannot signal rank 1"), std::string::npos) << s.message();
+  EXPECT_EQ(s.message().rfind("hixl_barrier", 0), 0u) << s.message();
+}
+
+TEST(DisseminationBarrierTest, AFailedSignalToADeadPeerSaysItIsDead) {
+  Block block;
+  DisseminationBarrier::Options o;
+  o.rank = 0;
+  o.size = 2;
+  DisseminationBarrier b(
+      o, block.words, [](int, size_t, uint64_t) { return Err(Errc::kTransport, "connection reset"); },
+      [] { return Err(Errc::kPeerFailed, "hixl_barrier: rank 1 left without finalizing"); }, [](int) { return true; });
+  Status s = b.Run();
+  EXPECT_EQ(s.code(), Errc::kPeerFailed);
+  EXPECT_NE(s.message().find("rank 1"), std::string::npos) << s.message();
+}
+
+}  // namespace
+}  // namespace hixl::world
