@@ -129,8 +129,8 @@ Status WorldImpl::PutSignal(int dst_rank, const void* src, uint64_t dst_addr, si
   }
   // The transport orders the signal after the data and wakes the target's waiters.
   auto aop = op == HIXL_SIGNAL_SET ? transport::AtomicOp::kSet : transport::AtomicOp::kAdd;
-  Status s = peer(dst_rank).transport().PutSignal(dst_rank, data_key, src, dst_addr, size, *sig->key, sig_addr, aop,
-                                                  value);
+  Status s =
+      peer(dst_rank).transport().PutSignal(dst_rank, data_key, src, dst_addr, size, *sig->key, sig_addr, aop, value);
   if (!s.ok()) return Err(s.code(), "hixl_put_signal: {}", s.message());
   return Status::Ok();
 }

@@ -92,7 +92,7 @@ bool Regions::CoversLocked(uint64_t addr, uint64_t len) const {
   while (it != mapped_.begin()) {
     --it;
     const uint64_t offset = addr - it->first;  // it->first <= addr
-    if (offset > max_len_) break;             // no region starting this low is long enough
+    if (offset > max_len_) break;              // no region starting this low is long enough
     if (offset < it->second.len && len <= it->second.len - offset) return true;
   }
   return false;

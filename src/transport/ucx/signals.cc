@@ -47,8 +47,8 @@ void OnSent(void* request, ucs_status_t status, void* user_data) {
   ucp_request_free(request);
 }
 
-ucs_status_ptr_t Send(std::unique_ptr<Outgoing> o, unsigned id, const void* header, size_t header_len,
-                      const void* data, size_t n) {
+ucs_status_ptr_t Send(std::unique_ptr<Outgoing> o, unsigned id, const void* header, size_t header_len, const void* data,
+                      size_t n) {
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
   // Never rendezvous: the handlers take the data in the message itself.
@@ -122,9 +122,8 @@ ucs_status_t OnWake(void* arg, const void* header, size_t header_length, void*, 
 
 Status SetHandler(Worker* w, unsigned id, ucp_am_recv_callback_t cb, const void* arg) {
   ucp_am_handler_param_t hp{};
-  hp.field_mask =
-      UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_FLAGS | UCP_AM_HANDLER_PARAM_FIELD_CB |
-      UCP_AM_HANDLER_PARAM_FIELD_ARG;
+  hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_FLAGS | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                  UCP_AM_HANDLER_PARAM_FIELD_ARG;
   hp.id = id;
   hp.flags = UCP_AM_FLAG_WHOLE_MSG;
   hp.cb = cb;
