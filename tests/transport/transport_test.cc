@@ -15,6 +15,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <fstream>
@@ -22,11 +24,15 @@
 #include <mutex>
 #include <ostream>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "base/socket.h"
 #include "transport/transport.h"
+#ifdef HIXL_TEST_HAVE_UCX
+#include "transport/ucx/endpoint.h"
+#endif
 
 namespace hixl::transport {
 namespace {
@@ -472,6 +478,65 @@ TEST_P(TransportTest, Loopback) {
 
 // After Disconnect(peer) every call for the peer fails cleanly, with keys
 // unpacked before too; Connect again makes it usable with new keys.
+// put_signal: the data, then the word (SET or ADD), there once flushed;
+// with no data, data that fits in one message and more.
+TEST_P(TransportTest, PutSignalLandsTheDataAndTheWord) {
+  if (!caps().atomics) GTEST_SKIP() << GetParam().transport << " has no remote atomics";
+  ConnectBoth();
+  Memory m(Backing::kPrivate, 1 << 20, 13);
+  auto key = Expose(1, m, 0);
+  ASSERT_TRUE(key);
+  std::atomic_ref<uint64_t> word(*reinterpret_cast<uint64_t*>(m.data()));
+  std::vector<uint8_t> src(512 << 10);
+  uint64_t want = 0, round = 0;
+  for (size_t n : {size_t{0}, size_t{8}, size_t{4096}, size_t{512} << 10}) {
+    for (AtomicOp op : {AtomicOp::kSet, AtomicOp::kAdd}) {
+      SCOPED_TRACE(std::to_string(n) + " bytes, " + (op == AtomicOp::kSet ? "set" : "add"));
+      Fill(src.data(), n, ++round);
+      const uint64_t value = op == AtomicOp::kSet ? 100 * round : 3;
+      Status s =
+          t_[0]->PutSignal(1, n ? key.get() : nullptr, src.data(), m.addr() + 4096, n, *key, m.addr(), op, value);
+      ASSERT_TRUE(s.ok()) << s.message();
+      want = op == AtomicOp::kSet ? value : want + value;
+      s = t_[0]->Flush(1);
+      ASSERT_TRUE(s.ok()) << s.message();
+      EXPECT_EQ(word.load(), want);
+      EXPECT_EQ(FirstDifference(m.data() + 4096, src.data(), n), n);
+    }
+  }
+}
+
+#ifdef HIXL_TEST_HAVE_UCX
+// Connecting, using and disconnecting a peer again and again leaves no UCX
+// endpoint open on either side (the peer's side, made from our connection
+// request, closes when it sees ours close).
+TEST_P(TransportTest, ConnectDisconnectCyclesCloseEveryEndpoint) {
+  if (GetParam().transport != "ucx") GTEST_SKIP() << "counts UCX endpoints";
+  Memory m(Backing::kPrivate, 1 << 16, 14);
+  auto blob = t_[1]->RegisterRegion(m.region());
+  ASSERT_TRUE(blob.ok()) << blob.status().message();
+  const int64_t before = ucx::LiveEndpoints();
+  std::vector<uint8_t> src(4096, 0x3C);
+  for (int i = 0; i < 50; ++i) {
+    SCOPED_TRACE("cycle " + std::to_string(i));
+    ASSERT_TRUE(t_[0]->Connect(1, t_[1]->LocalAddress(), GetParam().reached_at).ok());
+    auto key = t_[0]->UnpackKey(1, m.addr(), m.len(), blob.value());
+    ASSERT_TRUE(key.ok()) << key.status().message();
+    ASSERT_TRUE(t_[0]->Put(1, *key.value(), src.data(), m.addr(), src.size()).ok());
+    Status s = t_[0]->Flush(1);
+    ASSERT_TRUE(s.ok()) << s.message();
+    EXPECT_GT(ucx::LiveEndpoints(), before);
+    t_[0]->Disconnect(1);
+  }
+  // The peer's progress thread closes its side once it sees ours go.
+  for (auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+       ucx::LiveEndpoints() > before && std::chrono::steady_clock::now() < until;) {
+    std::this_thread::yield();
+  }
+  EXPECT_EQ(ucx::LiveEndpoints(), before) << "endpoints left open after 50 connect/disconnect cycles";
+}
+#endif
+
 TEST_P(TransportTest, DisconnectThenCallsFailCleanly) {
   const int mappings_before = SegmentMappings();
   ConnectBoth();

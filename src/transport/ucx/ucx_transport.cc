@@ -187,9 +187,16 @@ class UcxTransport final : public Transport {
     // No flush runs meanwhile (one may hold the peer, and would put it back
     // among those to flush if it timed out).
     std::lock_guard flush_lock(rma_->flush_mu());
-    std::shared_ptr<Peer> p;  // released after the lock below: ~Peer takes it
+    std::shared_ptr<Peer> p;                      // released after the lock below: ~Peer takes it
+    std::vector<std::shared_ptr<Peer>> finished;  // the same
     const Deadline deadline = WaitDeadline(*host_);
     std::unique_lock lock(w_->mu);
+    // Peers disconnected before whose completions have all come in go now.
+    std::erase_if(retired_, [&](std::shared_ptr<Peer>& r) {
+      if (r->outstanding > 0 || r->flushing > 0) return false;
+      finished.push_back(std::move(r));
+      return true;
+    });
     p = FindPeerLocked(peer);
     if (!p) return;
     peers_[static_cast<size_t>(peer)].reset();
