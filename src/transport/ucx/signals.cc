@@ -11,22 +11,6 @@ namespace hixl::transport::ucx {
 
 namespace {
 
-// hixl's active message ids (UCP's own messages have their own space).
-constexpr unsigned kPutSignalId = 0x68;  // 'h'
-constexpr unsigned kWakeId = 0x69;
-
-// The wire formats: fixed-size little-endian headers, the data (kPutSignal)
-// after them as the message's payload.
-struct PutSignalHeader {
-  uint64_t dst = 0;    // where the data goes (ignored with no data)
-  uint64_t sig = 0;    // the signal word
-  uint64_t value = 0;  // SET to it, or ADD it
-  uint64_t op = 0;     // AtomicOp::kSet or AtomicOp::kAdd
-};
-struct WakeHeader {
-  uint64_t addr = 0;
-};
-
 // One message in flight: UCX reads its header until it completes.
 struct Outgoing {
   Peer* p = nullptr;

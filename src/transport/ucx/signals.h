@@ -31,6 +31,22 @@ namespace hixl::transport::ucx {
 
 class Regions;
 
+// hixl's active message ids (UCP's own messages have their own space).
+inline constexpr unsigned kPutSignalId = 0x68;
+inline constexpr unsigned kWakeId = 0x69;
+
+// The wire formats: fixed-size headers in host order (the peers share
+// one), the data (kPutSignal) after them as the message's payload.
+struct PutSignalHeader {
+  uint64_t dst = 0;    // where the data goes (ignored with no data)
+  uint64_t sig = 0;    // the signal word
+  uint64_t value = 0;  // SET to it, or ADD it
+  uint64_t op = 0;     // AtomicOp::kSet or AtomicOp::kAdd
+};
+struct WakeHeader {
+  uint64_t addr = 0;
+};
+
 // The largest put_signal whose data travels in the signal's message.
 inline constexpr size_t kMaxSignalData = 64 * 1024;
 
