@@ -40,7 +40,7 @@ ucs_status_ptr_t Send(std::unique_ptr<Outgoing> o, unsigned id, const void* head
   param.cb.send = OnSent;
   param.user_data = o.get();
   ucs_status_ptr_t r = ucp_am_send_nbx(o->p->ep, id, header, header_len, data, n, &param);
-  if (UCS_PTR_IS_PTR(r)) o.release();  // OnSent frees it
+  if (UCS_PTR_IS_PTR(r)) (void)o.release();  // OnSent frees it
   return r;
 }
 
