@@ -223,6 +223,25 @@ class Transport {
     return Err(Errc::kUnsupported, "the {} transport has no remote atomics (rank {})", name(), peer);
   }
 
+  // Writes n bytes from src to the peer's address dst (in data_key's
+  // region; n == 0: no data, data_key may be null), then updates the
+  // peer's 64-bit word at sig_addr (8-byte aligned, in sig_key's region)
+  // with op (kSet or kAdd, with value), and wakes threads waiting on that
+  // word there (hixl_wait_until).  Whoever sees the new value sees the
+  // data and every put issued to the peer before.  Like Put, it may
+  // complete later (src stays untouched until Flush); errors found later
+  // are returned by Flush.  This default does a Put and then an Atomic,
+  // which completes before it returns.
+  virtual Status PutSignal(int peer, const RemoteKey* data_key, const void* src, uint64_t dst, size_t n,
+                           const RemoteKey& sig_key, uint64_t sig_addr, AtomicOp op, uint64_t value) {
+    if (n > 0) {
+      Status s = Put(peer, *data_key, src, dst, n);
+      if (!s.ok()) return s;
+    }
+    uint64_t old = 0;
+    return Atomic(peer, sig_key, op, sig_addr, value, 0, &old);
+  }
+
   // Releases everything the transport holds for `peer` (connections,
   // mappings of its memory, relay channels, endpoints), waiting at most
   // Host::timeout_ms() for transfers still in flight to it; errors they

@@ -115,6 +115,7 @@ Status WorldImpl::PutSignal(int dst_rank, const void* src, uint64_t dst_addr, si
   // One pin holds both entries until the atomic has returned.
   PeerTable::Pin pin;
   HIXL_ASSIGN_OR_RETURN(const PeerTable::Entry* sig, Lookup("hixl_put_signal", dst_rank, sig_addr, 8, &pin));
+  const transport::RemoteKey* data_key = nullptr;
   if (size > 0) {
     HIXL_RETURN_IF_ERROR(CheckRemote("hixl_put_signal", dst_rank, dst_addr, src, size));
     const PeerTable::Entry* e = peer(dst_rank).table().Find(dst_addr, size);
@@ -124,12 +125,12 @@ Status WorldImpl::PutSignal(int dst_rank, const void* src, uint64_t dst_addr, si
       sig = peer(dst_rank).table().Find(sig_addr, 8);
       if (!sig) return NotRegistered("hixl_put_signal", dst_rank, sig_addr, 8);
     }
-    HIXL_RETURN_IF_ERROR(peer(dst_rank).transport().Put(dst_rank, *e->key, src, dst_addr, size));
+    data_key = e->key.get();
   }
-  // The transport orders the atomic after the put.
-  uint64_t old = 0;
+  // The transport orders the signal after the data and wakes the target's waiters.
   auto aop = op == HIXL_SIGNAL_SET ? transport::AtomicOp::kSet : transport::AtomicOp::kAdd;
-  Status s = peer(dst_rank).transport().Atomic(dst_rank, *sig->key, aop, sig_addr, value, 0, &old);
+  Status s =
+      peer(dst_rank).transport().PutSignal(dst_rank, data_key, src, dst_addr, size, *sig->key, sig_addr, aop, value);
   if (!s.ok()) return Err(s.code(), "hixl_put_signal: {}", s.message());
   return Status::Ok();
 }

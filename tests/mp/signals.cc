@@ -1,5 +1,11 @@
 // Signals, remote atomics and notifications, run by every rank of a world.
+#include <linux/futex.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
 
 #include <algorithm>
 #include <atomic>
@@ -132,6 +138,84 @@ TEST_P(Signals, CompareSwapLockProtectsACriticalSection) {
     uint64_t v;
     std::memcpy(&v, mem.local() + 8, 8);
     EXPECT_EQ(v, static_cast<uint64_t>(n) * kIters);
+  }
+  HIXL_ASSERT_OK(g_world->Barrier());
+}
+
+// Whether thread `tid` of this process is inside the futex system call
+// (/proc/self/task/TID/syscall starts with its number); true where that
+// cannot be read (then the test still checks the data, and may test less).
+bool InFutex(pid_t tid) {
+  FILE* f = std::fopen(("/proc/self/task/" + std::to_string(tid) + "/syscall").c_str(), "r");
+  if (!f) return true;
+  long nr = -1;
+  const int got = std::fscanf(f, "%ld", &nr);
+  std::fclose(f);
+  return got != 1 || nr == SYS_futex;
+}
+
+// A waiter already asleep in the kernel (a futex wait with no time slice)
+// is woken by put_signal itself, over every transport: for each round rank
+// 1's waiter thread goes to sleep on its signal word, rank 1 tells rank 0
+// so once the thread is in the futex call, and rank 0 puts data with a
+// signal (sizes from none to more than one message carries).  The futex
+// must return woken, never at its (generous) time limit, and the data must
+// be there with the signal.
+TEST_P(Signals, AWaiterAsleepInTheKernelIsWokenByThePutSignal) {
+  const int n = Size(), me = Rank();
+  if (n < 2) GTEST_SKIP();
+  const std::vector<size_t> sizes = {0, 8, 4096, 65536, 200 << 10};
+  const auto kRounds = static_cast<uint64_t>(EnvCount("HIXL_TEST_SIGNAL_ROUNDS", 60) / 3 + 5);
+  Remote data(GetParam(), 200 << 10);
+  Remote words(GetParam(), 16);  // [0]: rank 1's signal; [1]: on rank 0, the round rank 1's waiter sleeps in
+  std::memset(words.local(), 0, words.bytes());
+  HIXL_ASSERT_OK(g_world->Barrier());
+  auto* w = reinterpret_cast<uint64_t*>(words.local());
+  if (me == 0) {
+    std::vector<uint8_t> src(data.bytes());
+    for (uint64_t r = 1; r <= kRounds; ++r) {
+      const size_t len = sizes[r % sizes.size()];
+      Fill(src.data(), len, Mix(r));
+      HIXL_ASSERT_OK(g_world->WaitUntil(&w[1], Cmp::kGe, r));
+      if (r % 2) {
+        HIXL_ASSERT_OK(g_world->PutSignal(1, src.data(), data.base(1), len, words.base(1), r, SignalOp::kSet));
+      } else {
+        HIXL_ASSERT_OK(g_world->PutSignal(1, src.data(), data.base(1), len, words.base(1), 1, SignalOp::kAdd));
+      }
+      HIXL_ASSERT_OK(g_world->Fence());  // src is reused next round
+    }
+  } else if (me == 1) {
+    std::atomic<uint64_t> sleeping{0};
+    std::atomic<pid_t> tid{0};
+    std::atomic<int> timed_out{0}, bad_data{0};
+    std::thread waiter([&] {
+      tid = static_cast<pid_t>(::syscall(SYS_gettid));
+      std::atomic_ref<uint64_t> sig(w[0]);
+      for (uint64_t r = 1; r <= kRounds; ++r) {
+        for (uint64_t v = sig.load(); v < r; v = sig.load()) {
+          sleeping = r;
+          sleeping.notify_all();
+          timespec limit{60, 0};  // a bound on a hang, not a timing
+          if (::syscall(SYS_futex, &w[0], FUTEX_WAIT, static_cast<uint32_t>(v), &limit, nullptr, 0) != 0 &&
+              errno == ETIMEDOUT) {
+            ++timed_out;
+            sleeping = ~uint64_t{0};  // lets the main thread go on (and stop)
+            sleeping.notify_all();
+            return;
+          }
+        }
+        const size_t len = sizes[r % sizes.size()];
+        if (sig.load() != r || FirstMismatch(data.local(), len, Mix(r)) != -1) ++bad_data;
+      }
+    });
+    for (uint64_t r = 1; r <= kRounds && timed_out == 0; ++r) {
+      sleeping.wait(r - 1);  // the waiter is at round r
+      while (tid == 0 || !InFutex(tid)) std::this_thread::yield();
+      HIXL_ASSERT_OK(g_world->AtomicSet(0, words.base(0) + 8, r));
+    }
+    waiter.join();
+    EXPECT_EQ(timed_out.load(), 0) << "a waiter asleep on the signal word was not woken by put_signal";
+    EXPECT_EQ(bad_data.load(), 0) << "a waiter saw a signal before its data";
   }
   HIXL_ASSERT_OK(g_world->Barrier());
 }

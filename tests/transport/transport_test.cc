@@ -15,6 +15,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <fstream>
@@ -22,11 +24,17 @@
 #include <mutex>
 #include <ostream>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "base/socket.h"
 #include "transport/transport.h"
+#ifdef HIXL_TEST_HAVE_UCX
+#include "transport/ucx/endpoint.h"
+#include "transport/ucx/signals.h"
+#include "transport/ucx/worker.h"
+#endif
 
 namespace hixl::transport {
 namespace {
@@ -472,6 +480,140 @@ TEST_P(TransportTest, Loopback) {
 
 // After Disconnect(peer) every call for the peer fails cleanly, with keys
 // unpacked before too; Connect again makes it usable with new keys.
+// put_signal: the data, then the word (SET or ADD), there once flushed;
+// with no data, data that fits in one message and more.
+TEST_P(TransportTest, PutSignalLandsTheDataAndTheWord) {
+  if (!caps().atomics) GTEST_SKIP() << GetParam().transport << " has no remote atomics";
+  ConnectBoth();
+  Memory m(Backing::kPrivate, 1 << 20, 13);
+  auto key = Expose(1, m, 0);
+  ASSERT_TRUE(key);
+  std::atomic_ref<uint64_t> word(*reinterpret_cast<uint64_t*>(m.data()));
+  std::vector<uint8_t> src(512 << 10);
+  uint64_t want = 0, round = 0;
+  for (size_t n : {size_t{0}, size_t{8}, size_t{4096}, size_t{512} << 10}) {
+    for (AtomicOp op : {AtomicOp::kSet, AtomicOp::kAdd}) {
+      SCOPED_TRACE(std::to_string(n) + " bytes, " + (op == AtomicOp::kSet ? "set" : "add"));
+      Fill(src.data(), n, ++round);
+      const uint64_t value = op == AtomicOp::kSet ? 100 * round : 3;
+      Status s =
+          t_[0]->PutSignal(1, n ? key.get() : nullptr, src.data(), m.addr() + 4096, n, *key, m.addr(), op, value);
+      ASSERT_TRUE(s.ok()) << s.message();
+      want = op == AtomicOp::kSet ? value : want + value;
+      s = t_[0]->Flush(1);
+      ASSERT_TRUE(s.ok()) << s.message();
+      EXPECT_EQ(word.load(), want);
+      EXPECT_EQ(FirstDifference(m.data() + 4096, src.data(), n), n);
+    }
+  }
+}
+
+#ifdef HIXL_TEST_HAVE_UCX
+// Connecting, using and disconnecting a peer again and again leaves no UCX
+// endpoint open on either side (the peer's side, made from our connection
+// request, closes when it sees ours close).
+TEST_P(TransportTest, ConnectDisconnectCyclesCloseEveryEndpoint) {
+  if (GetParam().transport != "ucx") GTEST_SKIP() << "counts UCX endpoints";
+  Memory m(Backing::kPrivate, 1 << 16, 14);
+  auto blob = t_[1]->RegisterRegion(m.region());
+  ASSERT_TRUE(blob.ok()) << blob.status().message();
+  const int64_t before = ucx::LiveEndpoints();
+  std::vector<uint8_t> src(4096, 0x3C);
+  for (int i = 0; i < 50; ++i) {
+    SCOPED_TRACE("cycle " + std::to_string(i));
+    ASSERT_TRUE(t_[0]->Connect(1, t_[1]->LocalAddress(), GetParam().reached_at).ok());
+    auto key = t_[0]->UnpackKey(1, m.addr(), m.len(), blob.value());
+    ASSERT_TRUE(key.ok()) << key.status().message();
+    ASSERT_TRUE(t_[0]->Put(1, *key.value(), src.data(), m.addr(), src.size()).ok());
+    Status s = t_[0]->Flush(1);
+    ASSERT_TRUE(s.ok()) << s.message();
+    EXPECT_GT(ucx::LiveEndpoints(), before);
+    t_[0]->Disconnect(1);
+  }
+  // The peer's progress thread closes its side once it sees ours go.
+  for (auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+       ucx::LiveEndpoints() > before && std::chrono::steady_clock::now() < until;) {
+    std::this_thread::yield();
+  }
+  EXPECT_EQ(ucx::LiveEndpoints(), before) << "endpoints left open after 50 connect/disconnect cycles";
+}
+
+// Signal messages are untrusted input: forged ones (malformed headers,
+// unknown operations, words or data outside the registered regions, ranges
+// that wrap around) write nothing; a good one after them still works.
+TEST_P(TransportTest, ForgedSignalMessagesWriteNothing) {
+  if (GetParam().transport != "ucx") GTEST_SKIP() << "sends ucx's signal messages";
+  Memory m(Backing::kPrivate, 1 << 16, 15);
+  std::memset(m.data(), 0x11, m.len());
+  ASSERT_TRUE(t_[1]->RegisterRegion(m.region()).ok());
+  // Another worker plays the forger, with an endpoint to rank 1's worker.
+  auto w = ucx::Worker::Create(ucx::UcxOptions{});
+  ASSERT_TRUE(w.ok()) << w.status().message();
+  const std::string address = t_[1]->LocalAddress();
+  net::Reader r(address);
+  std::string magic, host, worker_address;
+  ASSERT_TRUE(r.GetBytes(&magic) && r.GetBytes(&host) && r.GetBytes(&worker_address));
+  ucp_ep_params_t ep_params{};
+  ep_params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
+  ep_params.address = reinterpret_cast<const ucp_address_t*>(worker_address.data());
+  std::lock_guard lock(w.value()->mu);
+  ucp_worker_h worker = w.value()->worker;
+  ucp_ep_h ep = nullptr;
+  ASSERT_EQ(ucp_ep_create(worker, &ep_params, &ep), UCS_OK);
+  auto wait = [&](ucs_status_ptr_t req) {
+    if (!UCS_PTR_IS_PTR(req)) return UCS_PTR_STATUS(req);
+    ucs_status_t st;
+    while ((st = ucp_request_check_status(req)) == UCS_INPROGRESS) ucp_worker_progress(worker);
+    ucp_request_free(req);
+    return st;
+  };
+  auto send = [&](unsigned id, const void* header, size_t header_len, const void* data, size_t n) {
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags = UCP_AM_SEND_FLAG_EAGER;
+    EXPECT_EQ(wait(ucp_am_send_nbx(ep, id, header, header_len, data, n, &param)), UCS_OK);
+  };
+  const uint64_t base = m.addr(), end = m.addr() + m.len();
+  std::vector<uint8_t> payload(64, 0x77);
+  using H = ucx::PutSignalHeader;
+  const uint64_t set = static_cast<uint64_t>(AtomicOp::kSet);
+  const std::vector<std::pair<H, size_t>> forged = {
+      {H{.dst = base, .sig = end, .value = 1, .op = set}, 8},                // word just past the region
+      {H{.dst = base, .sig = base + 1, .value = 1, .op = set}, 8},           // word not aligned
+      {H{.dst = end - 4, .sig = base, .value = 1, .op = set}, 8},            // data past the end
+      {H{.dst = ~uint64_t{0} - 7, .sig = base, .value = 1, .op = set}, 16},  // data range wraps around
+      {H{.dst = base, .sig = base, .value = 1, .op = 7}, 8},                 // unknown operation
+      {H{.dst = base - 64, .sig = base, .value = 1, .op = set}, 64},         // data before the region
+      {H{.dst = base, .sig = 0, .value = 1, .op = set}, 0},                  // word at address 0
+  };
+  for (const auto& [h, n] : forged) send(ucx::kPutSignalId, &h, sizeof(h), payload.data(), n);
+  const uint64_t short_header = base;
+  send(ucx::kPutSignalId, &short_header, sizeof(short_header), nullptr, 0);
+  const ucx::WakeHeader bad_wake{.addr = end};
+  send(ucx::kWakeId, &bad_wake, sizeof(bad_wake), nullptr, 0);
+  send(ucx::kWakeId, &bad_wake, sizeof(bad_wake), payload.data(), 8);  // a wake-up carries no data
+  // The good one, last: messages are handled in order, so once its word is
+  // set every forged one has been handled.
+  const H good{.dst = base + 256, .sig = base + 128, .value = 0x600d, .op = set};
+  send(ucx::kPutSignalId, &good, sizeof(good), payload.data(), 64);
+  std::atomic_ref<uint64_t> word(*reinterpret_cast<uint64_t*>(m.data() + 128));
+  for (auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+       word.load() != 0x600d && std::chrono::steady_clock::now() < until;) {
+    ucp_worker_progress(worker);
+  }
+  ASSERT_EQ(word.load(), 0x600du);
+  EXPECT_EQ(FirstDifference(m.data() + 256, payload.data(), 64), 64u);
+  for (size_t i = 0; i < m.len(); ++i) {
+    if ((i >= 128 && i < 136) || (i >= 256 && i < 320)) continue;
+    ASSERT_EQ(m.data()[i], 0x11) << "a forged message wrote byte " << i;
+  }
+  ucp_request_param_t close{};
+  close.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  close.flags = UCP_EP_CLOSE_FLAG_FORCE;
+  (void)wait(ucp_ep_close_nbx(ep, &close));
+}
+#endif
+
 TEST_P(TransportTest, DisconnectThenCallsFailCleanly) {
   const int mappings_before = SegmentMappings();
   ConnectBoth();

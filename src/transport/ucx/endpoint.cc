@@ -12,6 +12,8 @@ namespace hixl::transport::ucx {
 
 namespace {
 
+std::atomic<int64_t> g_live_endpoints{0};
+
 // UCX's error handler of an endpoint (called from progress): the peer is
 // gone, and every later operation to it fails at once.
 void OnEndpointError(void* arg, ucp_ep_h, ucs_status_t status) {
@@ -66,7 +68,11 @@ Peer::~Peer() {
     ucp_request_free(req);
   }
   ep = nullptr;
+  CountEndpoints(-1);
 }
+
+int64_t LiveEndpoints() { return g_live_endpoints.load(); }
+void CountEndpoints(int64_t delta) { g_live_endpoints.fetch_add(delta); }
 
 bool IsPeerFailure(ucs_status_t s) {
   switch (s) {
@@ -134,6 +140,7 @@ Status EnsureEndpoint(Peer* p, bool self, const std::string& net_dev) {
     return Err(Errc::kTransport, "ucx: no UCX transport here reaches {}: {}{}", p->Name(), ucs_status_string(st),
                net_dev.empty() ? "" : fmt::format(" (with HIXL_NET_DEV={})", net_dev));
   }
+  CountEndpoints(1);
   return Status::Ok();
 }
 
@@ -174,6 +181,7 @@ void CloseEndpoint(Peer* p, std::unique_lock<std::mutex>& lock, net::Deadline de
     ucp_request_free(req);  // released by UCX once complete
   }
   p->ep = nullptr;
+  CountEndpoints(-1);
   if (!flushed) DestroyKeys(p);
 }
 

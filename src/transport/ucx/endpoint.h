@@ -49,6 +49,12 @@ struct Peer {
   std::atomic<ucs_status_t> ep_error{UCS_OK};
 };
 
+// The UCP endpoints this process has open, made to peers and accepted from
+// them (listener.h), over every worker: what Disconnect must bring back
+// down (tests read it).  Counted where they are made and closed.
+int64_t LiveEndpoints();
+void CountEndpoints(int64_t delta);
+
 // UCX statuses that mean the peer, or the way to it, is gone.
 bool IsPeerFailure(ucs_status_t s);
 // The error of `what` (an operation, "flush", "connection") to p failing with st.

@@ -8,6 +8,7 @@
 
 #include "base/log.h"
 #include "base/socket.h"
+#include "transport/ucx/endpoint.h"
 #include "transport/ucx/worker.h"
 
 namespace hixl::transport::ucx {
@@ -65,6 +66,7 @@ Acceptor::~Acceptor() {
     }
     ucp_request_free(req);
   }
+  CountEndpoints(-static_cast<int64_t>(eps_.size()));
   eps_.clear();
 }
 
@@ -119,10 +121,12 @@ void Acceptor::Accept(ucp_conn_request_h request) {
     return;
   }
   eps_.insert(ep);
+  CountEndpoints(1);
 }
 
 void Acceptor::Close(ucp_ep_h ep) {
   if (eps_.erase(ep) == 0) return;  // reported twice
+  CountEndpoints(-1);
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_CALLBACK;
   param.flags = UCP_EP_CLOSE_FLAG_FORCE;  // the peer is gone already

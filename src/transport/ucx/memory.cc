@@ -1,5 +1,7 @@
 #include "transport/ucx/memory.h"
 
+#include <algorithm>
+
 #include "base/log.h"
 
 namespace hixl::transport::ucx {
@@ -66,6 +68,7 @@ Result<std::string> Regions::Register(const LocalRegion& region) {
   std::string blob(static_cast<const char*>(buf), size);
   ucp_rkey_buffer_release(buf);
   mapped_.emplace(region.base, Mapped{region.len, memh});
+  max_len_ = std::max(max_len_, region.len);
   return blob;
 }
 
@@ -81,6 +84,18 @@ void Regions::Deregister(const LocalRegion& region) {
     mapped_.erase(it);
     return;
   }
+}
+
+bool Regions::CoversLocked(uint64_t addr, uint64_t len) const {
+  if (len == 0) return false;
+  auto it = mapped_.upper_bound(addr);
+  while (it != mapped_.begin()) {
+    --it;
+    const uint64_t offset = addr - it->first;  // it->first <= addr
+    if (offset > max_len_) break;              // no region starting this low is long enough
+    if (offset < it->second.len && len <= it->second.len - offset) return true;
+  }
+  return false;
 }
 
 }  // namespace hixl::transport::ucx

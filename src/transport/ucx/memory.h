@@ -56,6 +56,9 @@ class Regions {
   Result<std::string> Register(const LocalRegion& region);
   // Unmaps one registration of [base, base+len).  Takes w->mu.
   void Deregister(const LocalRegion& region);
+  // Whether [addr, addr+len) (len > 0) lies inside one mapped region.
+  // w->mu held: the region stays mapped while the caller holds it.
+  bool CoversLocked(uint64_t addr, uint64_t len) const;
 
  private:
   struct Mapped {
@@ -64,6 +67,7 @@ class Regions {
   };
   Worker* const w_;
   std::multimap<uint64_t, Mapped> mapped_;  // base -> mapping (one per registration); guarded by w_->mu
+  uint64_t max_len_ = 0;                    // the longest region ever mapped (bounds CoversLocked's search)
 };
 
 }  // namespace hixl::transport::ucx

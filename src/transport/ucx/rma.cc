@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "transport/ucx/signals.h"
+
 namespace hixl::transport::ucx {
 
 namespace {
@@ -38,6 +40,16 @@ Status Rma::Get(const UcxKey& k, uint64_t src, void* dst, size_t n) {
   HIXL_RETURN_IF_ERROR(Usable(p));
   ucp_request_param_t param = OpParam(p);
   return Started(k.peer, ucp_get_nbx(p->ep, dst, n, src, k.rkey, &param), "get", src, n);
+}
+
+Status Rma::Signal(const UcxKey& k, const void* data, uint64_t dst, size_t n, uint64_t sig, AtomicOp op,
+                   uint64_t value) {
+  Peer* p = k.peer.get();
+  HIXL_RETURN_IF_ERROR(Usable(p));
+  // After every put this process issued to the peer before it.
+  ucs_status_t st = ucp_worker_fence(w_->worker);
+  if (st != UCS_OK) return Failure(p, st, "a fence before a signal");
+  return Started(k.peer, SendPutSignal(p, data, dst, n, sig, op, value), "signal", sig, n);
 }
 
 Status Rma::FlushAll(std::unique_lock<std::mutex>& lock, net::Deadline deadline) {

@@ -24,6 +24,11 @@ class Rma {
   // Start a transfer with the key's peer.  w->mu held.
   Status Put(const UcxKey& k, const void* src, uint64_t dst, size_t n);
   Status Get(const UcxKey& k, uint64_t src, void* dst, size_t n);
+  // After every put and atomic issued to the key's peer so far: n bytes of
+  // data (n <= kMaxSignalData) for dst, and op with value on the word at
+  // sig, in one active message (signals.h).  Completes like a put.
+  // w->mu held.
+  Status Signal(const UcxKey& k, const void* data, uint64_t dst, size_t n, uint64_t sig, AtomicOp op, uint64_t value);
 
   // One FlushAll (or Disconnect) at a time: a second caller waits for the
   // first and then flushes what was started meanwhile, so neither returns

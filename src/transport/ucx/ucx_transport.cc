@@ -19,6 +19,7 @@
 #include "transport/ucx/memory.h"
 #include "transport/ucx/options.h"
 #include "transport/ucx/rma.h"
+#include "transport/ucx/signals.h"
 #include "transport/ucx/worker.h"
 
 namespace hixl::transport::ucx {
@@ -50,6 +51,10 @@ class UcxTransport final : public Transport {
       if (rma_) dirty = rma_->TakeAll();
       retired.swap(retired_);
     }
+    if (regions_) {
+      std::lock_guard lock(w_->mu);
+      ClearSignalHandlers(w_.get());  // they read regions_
+    }
     regions_.reset();
     // Endpoints close as their last holder lets go (keys may hold some).
   }
@@ -73,6 +78,10 @@ class UcxTransport final : public Transport {
       }
     }
     regions_ = std::make_unique<Regions>(w_.get());
+    {
+      std::lock_guard lock(w_->mu);
+      HIXL_RETURN_IF_ERROR(SetSignalHandlers(w_.get(), regions_.get()));
+    }
     rma_ = std::make_unique<Rma>(w_.get(), host_);
     host_name_ = HostName();
     return w_->StartProgressThread();
@@ -146,6 +155,20 @@ class UcxTransport final : public Transport {
     return rma_->Get(k, src, dst, n);
   }
 
+  Status PutSignal(int peer, const RemoteKey* data_key, const void* src, uint64_t dst, size_t n,
+                   const RemoteKey& sig_key, uint64_t sig_addr, AtomicOp op, uint64_t value) override {
+    const auto& sk = static_cast<const UcxKey&>(sig_key);
+    HIXL_RETURN_IF_ERROR(CheckKey(sk, peer));
+    const bool inline_data = n <= kMaxSignalData;
+    if (n > 0) {
+      HIXL_RETURN_IF_ERROR(CheckKey(static_cast<const UcxKey&>(*data_key), peer));
+    }
+    std::lock_guard lock(w_->mu);
+    if (!inline_data) HIXL_RETURN_IF_ERROR(rma_->Put(static_cast<const UcxKey&>(*data_key), src, dst, n));
+    // Ordered after the put (and every earlier one) by the worker fence.
+    return rma_->Signal(sk, inline_data ? src : nullptr, dst, inline_data ? n : 0, sig_addr, op, value);
+  }
+
   Status Flush() override {
     std::lock_guard flush_lock(rma_->flush_mu());
     const Deadline deadline = WaitDeadline(*host_);
@@ -164,9 +187,16 @@ class UcxTransport final : public Transport {
     // No flush runs meanwhile (one may hold the peer, and would put it back
     // among those to flush if it timed out).
     std::lock_guard flush_lock(rma_->flush_mu());
-    std::shared_ptr<Peer> p;  // released after the lock below: ~Peer takes it
+    std::shared_ptr<Peer> p;                      // released after the lock below: ~Peer takes it
+    std::vector<std::shared_ptr<Peer>> finished;  // the same
     const Deadline deadline = WaitDeadline(*host_);
     std::unique_lock lock(w_->mu);
+    // Peers disconnected before whose completions have all come in go now.
+    std::erase_if(retired_, [&](std::shared_ptr<Peer>& r) {
+      if (r->outstanding > 0 || r->flushing > 0) return false;
+      finished.push_back(std::move(r));
+      return true;
+    });
     p = FindPeerLocked(peer);
     if (!p) return;
     peers_[static_cast<size_t>(peer)].reset();
@@ -183,7 +213,15 @@ class UcxTransport final : public Transport {
                 uint64_t* old) override {
     const auto& k = static_cast<const UcxKey&>(key);
     HIXL_RETURN_IF_ERROR(CheckKey(k, peer));
-    return RemoteAtomic(k, op, addr, operand, compare, old, WaitMs(*host_));
+    HIXL_RETURN_IF_ERROR(RemoteAtomic(k, op, addr, operand, compare, old, WaitMs(*host_)));
+    if (op != AtomicOp::kFetch) {
+      // The word may have changed: wake the target's waiters on it (UCX
+      // changed it without the target's threads noticing).  Fire and
+      // forget; a failure shows at the next flush.
+      std::lock_guard lock(w_->mu);
+      if (Usable(k.peer.get()).ok()) (void)SendWake(k.peer.get(), addr);
+    }
+    return Status::Ok();
   }
 
   void Shutdown() override {
