@@ -232,8 +232,9 @@ std::string RunRound(const Transport& t, uint64_t seed, Totals* tot, bool* retry
     for (int w; fp >> w;) {
       if (!same_kind || w != dead) failure = who(i) + " saw a live peer (" + std::to_string(w) + ") fail: " + l;
     }
-    // Engines' descriptors and threads: a few more are made lazily (the
-    // async workers, a callback connection).
+    // Engines' descriptors and threads: the first figure is the most seen
+    // in the round's first half, the second the count at its end; a few
+    // more are made lazily (the async workers, a callback connection).
     const auto [fd0, fd1] = Pair(Field(l, "fds"));
     const auto [th0, th1] = Pair(Field(l, "threads"));
     // Whether each peer is connected, and its channel made, at either

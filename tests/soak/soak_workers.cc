@@ -41,6 +41,22 @@ namespace {
 
 using hixl::test::Fnv;
 
+// Runs step (which says whether to go on) until until_ms after t0, and
+// returns the most descriptors and threads seen, sampled every 50 ms.
+template <class Step>
+hixl::test::ProcStats PeakWhile(Clock::time_point t0, int64_t until_ms, Step step) {
+  hixl::test::ProcStats peak = hixl::test::SelfStats();
+  auto next = Clock::now() + std::chrono::milliseconds(50);
+  while (MsSince(t0) < until_ms && step()) {
+    if (Clock::now() < next) continue;
+    next = Clock::now() + std::chrono::milliseconds(50);
+    const hixl::test::ProcStats s = hixl::test::SelfStats();
+    peak.fds = std::max(peak.fds, s.fds);
+    peak.threads = std::max(peak.threads, s.threads);
+  }
+  return peak;
+}
+
 struct Region {
   std::vector<uint8_t> mem;  // canary, the registered bytes, canary
   size_t len = 0;
@@ -82,11 +98,17 @@ class Worker {
     }
     AnnounceAll();
     // What is made per peer on first use (a relay channel, a callback
-    // connection) is counted from after a warm-up of 500 ms; a leak per
-    // connect/disconnect cycle (a hundred or more a round) stands out.
+    // connection, a transport's sockets) comes and goes with the
+    // connect/disconnect cycles, so the reference is the most seen in the
+    // first half of the round (sampled from after a warm-up of 500 ms), not
+    // one moment's count: a leak per cycle (fifty or more cycles in the
+    // second half) still stands out at the end.
     const auto t0 = Clock::now();
     while (MsSince(t0) < 500 && errors_.empty()) Step();
-    const hixl::test::ProcStats start = hixl::test::SelfStats();
+    const hixl::test::ProcStats start = PeakWhile(t0, kRoundMs / 2, [this] {
+      Step();
+      return errors_.empty();
+    });
     while (MsSince(t0) < kRoundMs && errors_.empty()) Step();
     const int64_t ms = MsSince(t0);
     for (auto& r : regions_) Check(r, "end");
@@ -130,6 +152,9 @@ class Worker {
     if (s == hixl::SUCCESS || !p) return s;
     const int code = hixl::Engine::LastErrorCode();
     if (code == HIXL_ERR_PEER_FAILED || code == HIXL_ERR_NOT_CONNECTED) {
+      // Said on standard error, whose tail a failed round prints: which
+      // call, and why, when the peer turns out to be alive.
+      if (!p->failures) std::fprintf(stderr, "soak: %s to %s: %s\n", what, p->name.c_str(), hixl::Engine::LastError());
       ++p->failures;
       p->gone = true;
       if (p->connected) (void)e_.Disconnect(p->name, kCallMs);
@@ -373,10 +398,14 @@ class WorldRank {
     std::string line;
     if (!in.Next(&line) || line != "go") return 0;
     // What a rank makes once per peer (its connections, mappings) is made
-    // on first contact: counted from after a warm-up of 500 ms.
+    // on first contact: the reference is the most seen in the first half of
+    // the round, from after a warm-up of 500 ms.
     const auto t0 = Clock::now();
     while (MsSince(t0) < 500 && errors_.empty()) Step(n);
-    const hixl::test::ProcStats start = hixl::test::SelfStats();
+    const hixl::test::ProcStats start = PeakWhile(t0, kRoundMs / 2, [this, n] {
+      Step(n);
+      return errors_.empty();
+    });
     while (MsSince(t0) < kRoundMs && errors_.empty()) Step(n);
     const hixl::test::ProcStats end = hixl::test::SelfStats();
     std::ostringstream out;
@@ -416,6 +445,9 @@ class WorldRank {
     if (ms > kEngineMs + kSlackMs) Error(std::string(what) + " took " + std::to_string(ms) + " ms");
     if (s.ok()) return true;
     if (s.code() == hixl::Errc::kPeerFailed && dst >= 0) {
+      if (!failures_[static_cast<size_t>(dst)]) {
+        std::fprintf(stderr, "soak: %s to rank %d: %s\n", what, dst, s.ToString().c_str());
+      }
       ++failures_[static_cast<size_t>(dst)];
     } else if (s.code() == hixl::Errc::kPeerFailed || s.code() == hixl::Errc::kTimeout ||
                s.code() == hixl::Errc::kQueueFull) {
