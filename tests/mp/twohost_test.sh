@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
 # Two "hosts" on one machine: two network namespaces joined by a veth pair
-# (10.200.0.1/24 and 10.200.0.2/24, addresses that exist only inside the
-# namespaces made here), one rank in each, MASTER_ADDR on the veth.  hixl
+# (netns_lib.sh), one rank in each, MASTER_ADDR on the veth.  hixl
 # counts processes in different network namespaces as different hosts, so
 # the automatic transport choice must give the peer to ucx.
 #
@@ -21,40 +20,26 @@
 # Everything made here is removed on exit.
 set -u
 bin=$1
+source "$(dirname "$0")/netns_lib.sh"
 
 skip() {
   echo "SKIP: $*"
   echo "0 passed, 0 failed, 1 skipped"
   exit 0
 }
-[[ $(id -u) -eq 0 ]] || skip "creating network namespaces needs root"
-command -v ip >/dev/null || skip "the ip command (iproute2) is not installed"
 
-tag=$$
-ns=("hixl-2h-$tag-0" "hixl-2h-$tag-1")
-dev=("hx2h${tag}a" "hx2h${tag}b")  # interface names have at most 15 characters
-addr=(10.200.0.1 10.200.0.2)
 out=$(mktemp -d)
 pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
-  ip netns del "${ns[0]}" 2>/dev/null
-  ip netns del "${ns[1]}" 2>/dev/null  # takes the veth pair with it
-  ip link del "${dev[0]}" 2>/dev/null
+  netns_remove
   rm -rf "$out"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-ip netns add "${ns[0]}" 2>"$out/err" || skip "cannot create a network namespace: $(cat "$out/err")"
-ip netns add "${ns[1]}" 2>"$out/err" || skip "cannot create a network namespace: $(cat "$out/err")"
-ip link add "${dev[0]}" type veth peer name "${dev[1]}" 2>"$out/err" || skip "cannot create a veth pair: $(cat "$out/err")"
-for i in 0 1; do
-  ip link set "${dev[$i]}" netns "${ns[$i]}" &&
-    ip -n "${ns[$i]}" addr add "${addr[$i]}/24" dev "${dev[$i]}" &&
-    ip -n "${ns[$i]}" link set "${dev[$i]}" up &&
-    ip -n "${ns[$i]}" link set lo up || { echo "FAIL: cannot set up namespace ${ns[$i]}"; exit 1; }
-done
+netns_make 2h || skip "$NETNS_WHY"
+ns=("${NETNS[@]}") dev=("${NETNS_DEV[@]}") addr=("${NETNS_ADDR[@]}")
 
 passed=0 failed=0
 # run_case NAME PORT ARG -- VAR=VALUE...: both ranks, each in its namespace.
@@ -84,8 +69,7 @@ run_case() {
   fi
 }
 
-# Bytes received on rank 0's end of the veth so far.
-rx_bytes() { ip netns exec "${ns[0]}" cat "/sys/class/net/${dev[0]}/statistics/rx_bytes"; }
+rx_bytes() { netns_rx_bytes 0; }
 
 run_case auto 29500 "" -- HIXL_TRANSPORT=auto
 before=$(rx_bytes)

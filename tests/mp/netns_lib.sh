@@ -1,0 +1,77 @@
+# Two "hosts" on one machine, for bash scripts to source: two network
+# namespaces joined by a veth pair (10.200.0.1/24 and 10.200.0.2/24,
+# addresses that exist only inside the namespaces made here).  hixl counts
+# processes in different network namespaces as different hosts.
+#
+#   source tests/mp/netns_lib.sh
+#   netns_make TAG || skip "$NETNS_WHY"   # sets NETNS[0..1], NETNS_DEV[0..1], NETNS_ADDR[0..1]
+#   netns_delay 50 || ...                  # optional: 50 us more each way (tc netem)
+#   ip netns exec "${NETNS[0]}" ...
+#   netns_remove                           # also safe when nothing was made
+#
+# Needs root and iproute2; netns_make fails (NETNS_WHY says why) where
+# namespaces cannot be made, so that callers can skip.
+
+NETNS=() NETNS_DEV=() NETNS_ADDR=(10.200.0.1 10.200.0.2) NETNS_WHY=
+
+# netns_make TAG: the two namespaces and the veth pair, both ends up, each
+# namespace's loopback up.  TAG (a few letters) keeps concurrent
+# users apart; interface names have at most 15 characters, so only its
+# first 4 characters name the veth ends (hx, 4, a pid of up to 7 digits, a/b).
+netns_make() {
+  local tag=$1 i err
+  NETNS=("hixl-$tag-$$-0" "hixl-$tag-$$-1")
+  NETNS_DEV=("hx${tag:0:4}$$a" "hx${tag:0:4}$$b")
+  if [[ $(id -u) -ne 0 ]]; then
+    NETNS_WHY="creating network namespaces needs root"
+    return 1
+  fi
+  if ! command -v ip >/dev/null; then
+    NETNS_WHY="the ip command (iproute2) is not installed"
+    return 1
+  fi
+  for i in 0 1; do
+    if ! err=$(ip netns add "${NETNS[$i]}" 2>&1); then
+      NETNS_WHY="cannot create a network namespace: $err"
+      return 1
+    fi
+  done
+  if ! err=$(ip link add "${NETNS_DEV[0]}" type veth peer name "${NETNS_DEV[1]}" 2>&1); then
+    NETNS_WHY="cannot create a veth pair: $err"
+    return 1
+  fi
+  for i in 0 1; do
+    if ! err=$( (ip link set "${NETNS_DEV[$i]}" netns "${NETNS[$i]}" &&
+      ip -n "${NETNS[$i]}" addr add "${NETNS_ADDR[$i]}/24" dev "${NETNS_DEV[$i]}" &&
+      ip -n "${NETNS[$i]}" link set "${NETNS_DEV[$i]}" up &&
+      ip -n "${NETNS[$i]}" link set lo up) 2>&1); then
+      NETNS_WHY="cannot set up namespace ${NETNS[$i]}: $err"
+      return 1
+    fi
+  done
+}
+
+# netns_delay US: US microseconds more on each direction of the veth (tc
+# netem on both ends), so a half round trip grows by US.  0 removes it.
+netns_delay() {
+  local us=$1 i err
+  for i in 0 1; do
+    ip -n "${NETNS[$i]}" qdisc del dev "${NETNS_DEV[$i]}" root 2>/dev/null
+    [[ $us -eq 0 ]] && continue
+    if ! err=$(ip netns exec "${NETNS[$i]}" tc qdisc add dev "${NETNS_DEV[$i]}" root netem delay "${us}us" 2>&1); then
+      NETNS_WHY="tc netem is not available: $err"
+      return 1
+    fi
+  done
+}
+
+# netns_rx_bytes I: bytes received so far on namespace I's end of the veth.
+netns_rx_bytes() { ip netns exec "${NETNS[$1]}" cat "/sys/class/net/${NETNS_DEV[$1]}/statistics/rx_bytes"; }
+
+netns_remove() {
+  local n
+  for n in "${NETNS[@]}"; do ip netns del "$n" 2>/dev/null; done  # takes the veth pair with it
+  [[ ${#NETNS_DEV[@]} -gt 0 ]] && ip link del "${NETNS_DEV[0]}" 2>/dev/null
+  NETNS=()
+  return 0
+}

@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# The Python world suites and the parameter-server demo across two "hosts":
+# two network namespaces joined by a veth pair (tests/mp/netns_lib.sh), four
+# ranks, ranks 0 and 1 in the first namespace and 2 and 3 in the second.
+# Peers on the same side use shared memory, peers across the veth UCX over
+# TCP (UCX_TLS=tcp and HIXL_NET_DEV=<this side's end of the veth>), so every
+# suite runs over both at once, as on two real hosts.
+#
+#   twohost_python_test.sh PYTHON SOURCE_DIR
+#
+# Cases:
+#   world     tests/python/test_world.py
+#   signals   tests/python/test_signals.py (signals, atomics, notifications)
+#   demo      examples/ps_train.py, 1 server + 3 workers, 300 steps: test
+#             accuracy at least 90 %, and the bytes crossed the veth
+# The environment (PYTHONPATH to the module) comes from ctest.  Needs root
+# (ip netns add); skips, exit 0, where namespaces cannot be made.
+# Everything made here is removed on exit; each case is bounded (timeout).
+set -u
+py=$1 src=$2
+source "$src/tests/mp/netns_lib.sh"
+
+skip() {
+  echo "SKIP: $*"
+  echo "0 passed, 0 failed, 1 skipped"
+  exit 0
+}
+
+out=$(mktemp -d)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
+  netns_remove
+  rm -rf "$out"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+netns_make py || skip "$NETNS_WHY"
+# The job's secret, the same in every rank, as hixlrun would give it.
+secret=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')
+
+passed=0 failed=0
+# run_case NAME PORT -- COMMAND...: four ranks, two in each namespace.  A
+# rank that fails makes the others fail too (they time out in a
+# collective), so the first failure kills the rest.
+run_case() {
+  local name=$1 port=$2
+  shift 3
+  local start r side rc p bad=0
+  start=$(date +%s%N)
+  pids=()
+  for r in 0 1 2 3; do
+    side=$((r / 2))
+    ip netns exec "${NETNS[$side]}" env RANK=$r WORLD_SIZE=4 LOCAL_RANK=$((r % 2)) LOCAL_WORLD_SIZE=2 \
+      MASTER_ADDR="${NETNS_ADDR[0]}" MASTER_PORT="$port" HIXL_TRANSPORT=auto UCX_TLS=tcp \
+      HIXL_NET_DEV="${NETNS_DEV[$side]}" HIXL_TIMEOUT_MS=60000 HIXL_SECRET="$secret" OMP_NUM_THREADS=1 \
+      timeout -s KILL 600 "$@" >"$out/$name.$r.log" 2>&1 &
+    pids+=($!)
+  done
+  local done_pid running=("${pids[@]}")
+  while ((${#running[@]} > 0)); do
+    wait -n -p done_pid "${running[@]}"
+    rc=$?
+    for r in 0 1 2 3; do [[ ${pids[$r]} == "$done_pid" ]] && break; done
+    local still=()
+    for p in "${running[@]}"; do [[ $p != "$done_pid" ]] && still+=("$p"); done
+    running=("${still[@]}")
+    if [[ $rc -ne 0 && $bad -eq 0 ]]; then
+      echo "--- $name: rank $r exited with $rc; the others are stopped"
+      bad=1
+      kill -9 "${pids[@]}" 2>/dev/null
+    fi
+  done
+  pids=()
+  echo "--- $name: $(((($(date +%s%N) - start)) / 1000000)) ms"
+  for r in 0 1 2 3; do
+    echo "    rank $r:"
+    grep -v '^$' "$out/$name.$r.log" | tail -15 | sed 's/^/      /'
+  done
+  if [[ $bad -eq 0 ]]; then
+    passed=$((passed + 1))
+  else
+    echo "FAIL: $name"
+    failed=$((failed + 1))
+  fi
+  return $bad
+}
+
+pytest=("$py" -m pytest -x -q -p no:cacheprovider)
+run_case world 29511 -- "${pytest[@]}" "$src/tests/python/test_world.py"
+run_case signals 29512 -- env HIXL_NOTIFY_QUEUE_DEPTH=8 "${pytest[@]}" "$src/tests/python/test_signals.py"
+
+before=$(netns_rx_bytes 1)
+if run_case demo 29513 -- "$py" "$src/examples/ps_train.py" --threads 1 --summary-json "$out/summary.json"; then
+  crossed=$(($(netns_rx_bytes 1) - before))
+  # The two workers across the veth get the parameters every step.
+  read -r acc need < <("$py" -c 'import json, sys
+s = json.load(open(sys.argv[1]))
+print(100 * s["test_accuracy"], s["bytes_put"] // 2)' "$out/summary.json")
+  echo "--- demo: test accuracy $acc %, $crossed bytes came in over ${NETNS_DEV[1]} (the parameters put across: $need)"
+  if ! awk -v a="$acc" 'BEGIN { exit !(a >= 90) }'; then
+    echo "FAIL: demo: test accuracy $acc % is below 90 %"
+    passed=$((passed - 1)) failed=$((failed + 1))
+  elif ((crossed < need)); then
+    echo "FAIL: demo: only $crossed bytes came in over ${NETNS_DEV[1]}: the data did not cross the veth"
+    passed=$((passed - 1)) failed=$((failed + 1))
+  fi
+fi
+echo "$passed passed, $failed failed, 0 skipped"
+[[ $failed -eq 0 ]]
