@@ -4,10 +4,11 @@
 # processes in different network namespaces as different hosts.
 #
 #   source tests/mp/netns_lib.sh
-#   netns_make TAG || skip "$NETNS_WHY"   # sets NETNS[0..1], NETNS_DEV[0..1], NETNS_ADDR[0..1]
+#   NETNS_TMP=$(mktemp -d)                  # removed on exit, with the namespaces
+#   netns_make TAG || netns_skip "$NETNS_WHY"   # sets NETNS[0..1], NETNS_DEV[0..1], NETNS_ADDR[0..1]
 #   netns_delay 50 || ...                  # optional: 50 us more each way (tc netem)
 #   ip netns exec "${NETNS[0]}" ...
-#   netns_remove                           # also safe when nothing was made
+#   NETNS_PIDS+=($!)                        # killed on exit
 #
 # Needs root and iproute2; netns_make fails (NETNS_WHY says why) where
 # namespaces cannot be made, so that callers can skip.
@@ -75,3 +76,25 @@ netns_remove() {
   NETNS=()
   return 0
 }
+
+# netns_skip WHY: says the test is skipped in the words ctest's
+# SKIP_REGULAR_EXPRESSION looks for, and exits 0.
+netns_skip() {
+  echo "SKIP: $*"
+  echo "0 passed, 0 failed, 1 skipped"
+  exit 0
+}
+
+# On exit (and on INT/TERM): the processes in NETNS_PIDS killed, the
+# namespaces and the directory NETNS_TMP removed (a caller with its own EXIT
+# trap calls netns_on_exit from it).
+NETNS_PIDS=() NETNS_TMP=
+netns_on_exit() {
+  local p
+  for p in "${NETNS_PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
+  netns_remove
+  [[ -n $NETNS_TMP ]] && rm -rf "$NETNS_TMP"
+  return 0
+}
+trap netns_on_exit EXIT
+trap 'exit 130' INT TERM

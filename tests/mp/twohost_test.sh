@@ -22,23 +22,10 @@ set -u
 bin=$1
 source "$(dirname "$0")/netns_lib.sh"
 
-skip() {
-  echo "SKIP: $*"
-  echo "0 passed, 0 failed, 1 skipped"
-  exit 0
-}
+NETNS_TMP=$(mktemp -d)
+out=$NETNS_TMP
 
-out=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
-  netns_remove
-  rm -rf "$out"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-netns_make 2h || skip "$NETNS_WHY"
+netns_make 2h || netns_skip "$NETNS_WHY"
 ns=("${NETNS[@]}") dev=("${NETNS_DEV[@]}") addr=("${NETNS_ADDR[@]}")
 
 passed=0 failed=0
@@ -48,17 +35,17 @@ run_case() {
   shift 4
   local start rc0 rc1 i
   start=$(date +%s%N)
-  pids=()
+  NETNS_PIDS=()
   for i in 0 1; do
     local vars=() v
     for v in "$@"; do vars+=("${v//@veth/${dev[$i]}}"); done  # @veth: this rank's end of the pair
     ip netns exec "${ns[$i]}" env RANK=$i WORLD_SIZE=2 LOCAL_RANK=0 MASTER_ADDR=${addr[0]} MASTER_PORT=$port \
       HIXL_TIMEOUT_MS=60000 "${vars[@]}" timeout -s KILL 300 "$bin" $arg >"$out/$name.$i.log" 2>&1 &
-    pids+=($!)
+    NETNS_PIDS+=($!)
   done
-  wait "${pids[0]}"; rc0=$?
-  wait "${pids[1]}"; rc1=$?
-  pids=()
+  wait "${NETNS_PIDS[0]}"; rc0=$?
+  wait "${NETNS_PIDS[1]}"; rc1=$?
+  NETNS_PIDS=()
   echo "--- $name: rank 0 exit $rc0, rank 1 exit $rc1, $(( ($(date +%s%N) - start) / 1000000 )) ms"
   sed 's/^/    /' "$out/$name.0.log" "$out/$name.1.log" | grep -v "^    $" | tail -40
   if [[ $rc0 -eq 0 && $rc1 -eq 0 ]]; then

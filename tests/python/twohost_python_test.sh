@@ -20,23 +20,10 @@ set -u
 py=$1 src=$2
 source "$src/tests/mp/netns_lib.sh"
 
-skip() {
-  echo "SKIP: $*"
-  echo "0 passed, 0 failed, 1 skipped"
-  exit 0
-}
+NETNS_TMP=$(mktemp -d)
+out=$NETNS_TMP
 
-out=$(mktemp -d)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
-  netns_remove
-  rm -rf "$out"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-netns_make py || skip "$NETNS_WHY"
+netns_make py || netns_skip "$NETNS_WHY"
 # The job's secret, the same in every rank, as hixlrun would give it.
 secret=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')
 
@@ -49,30 +36,30 @@ run_case() {
   shift 3
   local start r side rc p bad=0
   start=$(date +%s%N)
-  pids=()
+  NETNS_PIDS=()
   for r in 0 1 2 3; do
     side=$((r / 2))
     ip netns exec "${NETNS[$side]}" env RANK=$r WORLD_SIZE=4 LOCAL_RANK=$((r % 2)) LOCAL_WORLD_SIZE=2 \
       MASTER_ADDR="${NETNS_ADDR[0]}" MASTER_PORT="$port" HIXL_TRANSPORT=auto UCX_TLS=tcp \
       HIXL_NET_DEV="${NETNS_DEV[$side]}" HIXL_TIMEOUT_MS=60000 HIXL_SECRET="$secret" OMP_NUM_THREADS=1 \
       timeout -s KILL 600 "$@" >"$out/$name.$r.log" 2>&1 &
-    pids+=($!)
+    NETNS_PIDS+=($!)
   done
-  local done_pid running=("${pids[@]}")
+  local done_pid running=("${NETNS_PIDS[@]}")
   while ((${#running[@]} > 0)); do
     wait -n -p done_pid "${running[@]}"
     rc=$?
-    for r in 0 1 2 3; do [[ ${pids[$r]} == "$done_pid" ]] && break; done
+    for r in 0 1 2 3; do [[ ${NETNS_PIDS[$r]} == "$done_pid" ]] && break; done
     local still=()
     for p in "${running[@]}"; do [[ $p != "$done_pid" ]] && still+=("$p"); done
     running=("${still[@]}")
     if [[ $rc -ne 0 && $bad -eq 0 ]]; then
       echo "--- $name: rank $r exited with $rc; the others are stopped"
       bad=1
-      kill -9 "${pids[@]}" 2>/dev/null
+      kill -9 "${NETNS_PIDS[@]}" 2>/dev/null
     fi
   done
-  pids=()
+  NETNS_PIDS=()
   echo "--- $name: $(((($(date +%s%N) - start)) / 1000000)) ms"
   for r in 0 1 2 3; do
     echo "    rank $r:"
