@@ -21,7 +21,7 @@ struct BarrierOptions {
 
 // --iters N --reps N; false (and a message) on anything else.
 inline bool ParseBarrierOptions(int argc, char** argv, const char* prog, BarrierOptions* o) {
-  for (int i = 1; i < argc; ++i) {
+  for (int i = 1; i < argc; i += 2) {  // each option takes one value
     const std::string a = argv[i];
     long* into = a == "--iters" ? &o->iters : a == "--reps" ? &o->reps : nullptr;
     char* end = nullptr;
@@ -29,7 +29,6 @@ inline bool ParseBarrierOptions(int argc, char** argv, const char* prog, Barrier
       std::fprintf(stderr, "usage: %s [--iters N (1000)] [--reps N (3)]\n", prog);
       return false;
     }
-    ++i;
   }
   return true;
 }
