@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "base/log.h"
+#include "base/user_memory.h"
 #include "transport/ucx/memory.h"
 
 namespace hixl::transport::ucx {
@@ -80,7 +81,10 @@ ucs_status_t OnPutSignal(void* arg, const void* header, size_t header_length, vo
     return UCS_OK;
   }
   auto* word = reinterpret_cast<uint64_t*>(h.sig);
-  if (length > 0) std::memcpy(reinterpret_cast<void*>(h.dst), data, length);
+  if (length > 0) {
+    [[maybe_unused]] const base::UserMemory user;  // a peer's write, ordered by the protocol (base/user_memory.h)
+    std::memcpy(reinterpret_cast<void*>(h.dst), data, length);
+  }
   // Sequentially consistent: whoever sees the new value sees the data.
   ApplyAtomic(word, static_cast<AtomicOp>(h.op), h.value, 0);
   WakeWaiters(word);
