@@ -9,7 +9,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <mutex>
 #include <random>
@@ -47,6 +49,7 @@ uint64_t SizeOf(int fd) {
 // m.a != 0, a memfd of m.a bytes passed back.
 struct FdEcho {
   std::mutex mu;
+  std::condition_variable closed_cv;
   std::vector<std::string> closed;  // guarded by mu
   std::string name;
   std::unique_ptr<FrameServer> fs;
@@ -80,19 +83,25 @@ struct FdEcho {
       fs->Send(id, std::string_view(reinterpret_cast<const char*>(&reply), sizeof(reply)), back.get());
     };
     h.on_close = [this](FrameServer::ConnId, const std::string& why) {
-      std::lock_guard lock(mu);
-      closed.push_back(why);
+      {
+        std::lock_guard lock(mu);
+        closed.push_back(why);
+      }
+      closed_cv.notify_all();
     };
     auto added = fs->AddListener(std::move(lfd.value()), std::move(h));
     EXPECT_TRUE(added.ok()) << added.status().message();
     EXPECT_EQ(added->port, 0);
   }
-  bool Closed(const std::string& part) {
-    std::lock_guard lock(mu);
-    for (auto& w : closed) {
-      if (w.find(part) != std::string::npos) return true;
-    }
-    return false;
+  // Whether a connection was closed for a reason containing part, waiting
+  // (bounded) for it: the server closes the socket before on_close runs,
+  // so a client that saw the close may ask before the reason is in.
+  bool Closed(const std::string& part, int64_t ms = 10000) {
+    std::unique_lock lock(mu);
+    return closed_cv.wait_for(lock, milliseconds(ms), [&] {
+      return std::any_of(closed.begin(), closed.end(),
+                         [&](const std::string& w) { return w.find(part) != std::string::npos; });
+    });
   }
   Fd Dial() const {
     auto fd = transport::shm::ConnectTo(name);
