@@ -4,6 +4,8 @@
 
 #include <cstring>
 
+#include "transport/shm/promotion.h"
+
 namespace hixl::transport::shm {
 
 Status NotConnected(const Peer& p) {
@@ -49,7 +51,10 @@ Status Peer::Request(const Msg& m, int fd_to_pass, Msg* reply, net::Fd* reply_fd
 
 Result<std::shared_ptr<Mapping>> Peer::MapSegment(uint32_t seg, uint64_t size, int64_t timeout_ms) {
   std::lock_guard lock(conn_mu);
-  auto it = segments.find(seg);
+  // A promoted range's mapping belongs to the keys of its region (it goes
+  // when they do, after the owner deregisters it); heap segments stay.
+  const bool cached = !(seg & kPromotedSegmentBit);
+  auto it = cached ? segments.find(seg) : segments.end();
   if (it != segments.end()) {
     if (it->second->size() < size) {
       return Err(Errc::kTransport, "shm: a key of rank {} says its heap segment {} has {} bytes, not {}", rank, seg,
@@ -69,7 +74,7 @@ Result<std::shared_ptr<Mapping>> Peer::MapSegment(uint32_t seg, uint64_t size, i
   HIXL_ASSIGN_OR_RETURN(
       Mapping map, MapPeerFile(fd.get(), size, fmt::format("heap segment {} of rank {} ({} bytes)", seg, rank, size)));
   auto mapping = std::make_shared<Mapping>(std::move(map));
-  segments.emplace(seg, mapping);
+  if (cached) segments.emplace(seg, mapping);
   return mapping;
 }
 

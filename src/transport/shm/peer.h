@@ -41,7 +41,9 @@ struct Peer {
   // if needed; conn_mu is held.  A reply's failure status becomes an error.
   Status Request(const Msg& m, int fd_to_pass, Msg* reply, net::Fd* reply_fd, int64_t timeout_ms);
   // The peer's heap segment `seg` of (at least) `size` bytes, mapped here on
-  // first need; an error where the segment is smaller.
+  // first need; an error where the segment is smaller.  A promoted range's
+  // segment (kPromotedSegmentBit) is mapped anew for each call and kept by
+  // the caller's key only, so it is unmapped when its region's keys go.
   Result<std::shared_ptr<Mapping>> MapSegment(uint32_t seg, uint64_t size, int64_t timeout_ms);
   // Closes the request connection and lets go of the segment mappings (a key
   // that points into one keeps it mapped until the key goes).

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <random>
 #include <vector>
@@ -19,6 +20,7 @@
 #include "transport/shm/mapping.h"
 #include "transport/shm/options.h"
 #include "transport/shm/peer.h"
+#include "transport/shm/promotion.h"
 #include "transport/shm/relay.h"
 #include "transport/shm/shm_server.h"
 
@@ -93,6 +95,15 @@ class ShmTransport final : public Transport {
       return Err(Errc::kUnsupported, "shm: this transport moves host memory only");
     }
     if (region.backing_fd < 0) {
+      if (options_.promote) {
+        Result<PromotedRange> pr = Promote(region.base, region.len);
+        if (pr.ok()) return PromotedKey(region, *pr);
+        HIXL_LOG_DEBUG("shm: registered memory [{:#x}, +{}) is reached by cross-memory attach: not promoted ({})",
+                       region.base, region.len, pr.status().message());
+      } else {
+        HIXL_LOG_DEBUG("shm: registered memory [{:#x}, +{}) is reached by cross-memory attach (HIXL_SHM_PROMOTE=0)",
+                       region.base, region.len);
+      }
       if (options_.thp) AdviseHugePages(region.base, region.len);
       return std::string();
     }
@@ -102,7 +113,21 @@ class ShmTransport final : public Transport {
     return std::move(w.str());
   }
 
-  void DeregisterRegion(const LocalRegion&) override {}
+  void DeregisterRegion(const LocalRegion& region) override {
+    if (region.backing_fd >= 0) return;
+    uint32_t id = 0;
+    bool last = true;  // no other region of ours is in the same promoted range
+    {
+      std::lock_guard lock(promoted_mu_);
+      auto it = promoted_.find({region.base, region.len});
+      if (it == promoted_.end()) return;
+      id = it->second;
+      promoted_.erase(it);
+      for (const auto& [range, other] : promoted_) last = last && other != id;
+    }
+    if (last) server_->RemoveSegment(id);
+    Unpromote(region.base, region.len);
+  }
 
   Result<std::shared_ptr<RemoteKey>> UnpackKey(int peer, uint64_t base, uint64_t len,
                                                std::string_view key_blob) override {
@@ -117,7 +142,17 @@ class ShmTransport final : public Transport {
     if (p->self) {
       key->mapped = reinterpret_cast<uint8_t*>(base);
     } else {
-      HIXL_ASSIGN_OR_RETURN(key->segment, p->MapSegment(f.segment, f.size, WaitMs(*host_)));
+      Result<std::shared_ptr<Mapping>> seg = p->MapSegment(f.segment, f.size, WaitMs(*host_));
+      if (!seg.ok() && (f.segment & kPromotedSegmentBit)) {
+        // A promoted region deregistered meanwhile (its segment no longer
+        // served), or a peer that cannot pass it: cross-memory attach, as
+        // for memory that was never promoted.
+        HIXL_LOG_DEBUG("shm: rank {}'s registered memory at {:#x} is reached by cross-memory attach: {}", peer, base,
+                       seg.status().message());
+        return std::shared_ptr<RemoteKey>(key);
+      }
+      if (!seg.ok()) return seg.status();
+      key->segment = std::move(seg.value());
       key->mapped = static_cast<uint8_t*>(key->segment->get()) + f.offset;
     }
     return std::shared_ptr<RemoteKey>(key);
@@ -291,6 +326,27 @@ class ShmTransport final : public Transport {
 
   RelayContext Relay() { return RelayContext{host_, &relay_channels_}; }
 
+  // The key of a promoted region: that of a heap region ([segment][offset]
+  // [size]), the segment being the promoted range's memfd.
+  Result<std::string> PromotedKey(const LocalRegion& region, const PromotedRange& pr) {
+    Status s = server_->AddSegment(pr.segment_id, pr.fd, pr.hi - pr.lo);
+    if (!s.ok()) {
+      Unpromote(region.base, region.len);
+      return s;
+    }
+    {
+      std::lock_guard lock(promoted_mu_);
+      promoted_[{region.base, region.len}] = pr.segment_id;
+    }
+    HIXL_LOG_DEBUG(
+        "shm: registered memory [{:#x}, +{}) promoted to shared memory (pages [{:#x}, {:#x}), segment {:#x}): peers on "
+        "this host map it",
+        region.base, region.len, pr.lo, pr.hi, pr.segment_id);
+    net::Writer w;
+    w.Put<uint32_t>(pr.segment_id).Put<uint64_t>(region.base - pr.lo).Put<uint64_t>(pr.hi - pr.lo);
+    return std::move(w.str());
+  }
+
   Host* const host_;
   const ShmOptions options_;
   const auth::MaybeSecret secret_;
@@ -312,6 +368,9 @@ class ShmTransport final : public Transport {
   std::mutex peers_mu_;
   std::vector<std::shared_ptr<Peer>> peers_;  // by rank; null when not connected
   std::atomic<int> relay_channels_{0};        // relay channels open (until Disconnect)
+
+  std::mutex promoted_mu_;
+  std::map<std::pair<uint64_t, uint64_t>, uint32_t> promoted_;  // (base, len) -> segment id; guarded by promoted_mu_
 };
 
 }  // namespace
