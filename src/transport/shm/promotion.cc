@@ -74,18 +74,17 @@ bool ReadAll(int fd, void* dst, uint64_t n) {
   return true;
 }
 
-// Puts private anonymous memory holding the memfd's bytes over [lo, hi):
-// a filled copy moved there in one mremap, so the range is never unmapped.
+// Puts private anonymous memory holding the memfd's bytes over [lo, hi).
+// Through mmap (not a raw mremap of a filled copy): memory hooks such as
+// UCX's see the pages change, and UCX's mremap hook drops mremap's fifth
+// argument.  Until the copy is done the range reads zeros, hence the
+// contract that no other thread uses it during deregistration.
 bool Privatise(uint64_t lo, uint64_t hi, int fd) {
   const uint64_t n = hi - lo;
-  void* tmp = ::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (tmp == MAP_FAILED) return false;
-  if (!ReadAll(fd, tmp, n) ||
-      ::mremap(tmp, n, n, MREMAP_MAYMOVE | MREMAP_FIXED, reinterpret_cast<void*>(lo)) == MAP_FAILED) {
-    ::munmap(tmp, n);
-    return false;
-  }
-  return true;
+  void* at = ::mmap(reinterpret_cast<void*>(lo), n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
+                    -1, 0);
+  if (at == MAP_FAILED) return false;
+  return ReadAll(fd, at, n);
 }
 
 // fork: the child makes every promoted range private again and forgets the

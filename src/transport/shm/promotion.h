@@ -13,13 +13,14 @@
 //
 // The contract for the owner:
 // * No other thread may write the pages covering the range while it is
-//   being registered or deregistered (as for a GPU registration): a write
-//   that lands between the copy and the remap is lost.  The owner's use of
-//   the memory before and after is unchanged.
-// * Unpromote, at deregistration, puts private anonymous memory back over
-//   the pages with their contents (one mremap of a filled copy), unless the
-//   owner has meanwhile unmapped or replaced them (freed the memory before
-//   deregistering it): then it leaves the address space alone.
+//   being registered (as for a GPU registration): a write that lands
+//   between the copy and the remap is lost.  The owner's use of the memory
+//   before and after is unchanged.
+// * No other thread may use those pages while they are deregistered:
+//   Unpromote puts private anonymous memory back over them (mmap MAP_FIXED)
+//   and then copies their contents in, unless the owner has meanwhile
+//   unmapped or replaced them (freed the memory before deregistering it):
+//   then it leaves the address space alone.
 // * fork: a child gets private copies of every promoted range as they are
 //   at the fork (a pthread_atfork child handler), so parent and child never
 //   share pages, as with private memory; the child's copies are not
