@@ -79,24 +79,14 @@ TEST(ProcMaps, ParsesTheKernelsLines) {
 
 TEST(ProcMaps, RefusesMalformedAndHostileLines) {
   MapsEntry e;
-  for (const char* bad : {"",
-                          "-",
-                          "1000-",
-                          "1000-2000",
-                          "1000-2000 ",
-                          "1000-2000 rw-p",
-                          "1000-2000 rw-p 0 00:00",
-                          "1000-2000 rw-q 0 00:00 0",
-                          "1000-2000 rwxpp 0 00:00 0",
-                          "1000-2000 zw-p 0 00:00 0",
-                          "2000-1000 rw-p 0 00:00 0",              // end before start
-                          "1000-1000 rw-p 0 00:00 0",              // empty
-                          "10000000000000000-2 rw-p 0 00:00 0",    // 17 hex digits
-                          "1000-20000000000000000 rw-p 0 00:00 0",  // past 64 bits
+  for (const char* bad : {"", "-", "1000-", "1000-2000", "1000-2000 ", "1000-2000 rw-p", "1000-2000 rw-p 0 00:00",
+                          "1000-2000 rw-q 0 00:00 0", "1000-2000 rwxpp 0 00:00 0", "1000-2000 zw-p 0 00:00 0",
+                          "2000-1000 rw-p 0 00:00 0",                        // end before start
+                          "1000-1000 rw-p 0 00:00 0",                        // empty
+                          "10000000000000000-2 rw-p 0 00:00 0",              // 17 hex digits
+                          "1000-20000000000000000 rw-p 0 00:00 0",           // past 64 bits
                           "1000-2000 rw-p 0 00:00 99999999999999999999999",  // inode past 64 bits
-                          "1000-2000 rw-p 0 0000 0",
-                          "1000-2000 rw-p 0 00:00 12x /a",
-                          "g000-2000 rw-p 0 00:00 0",
+                          "1000-2000 rw-p 0 0000 0", "1000-2000 rw-p 0 00:00 12x /a", "g000-2000 rw-p 0 00:00 0",
                           " 1000-2000 rw-p 0 00:00 0"}) {
     EXPECT_FALSE(ParseMapsLine(bad, &e)) << "'" << bad << "'";
   }
@@ -302,8 +292,8 @@ TEST(Promotion, LargeMallocBlockIsPromotedAndFreedAfterDeregistration) {
 }
 
 TEST(Promotion, FreedBeforeDeregistrationIsLeftAlone) {
-  auto* m = static_cast<uint8_t*>(::mmap(nullptr, 2 * kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                                          -1, 0));
+  auto* m =
+      static_cast<uint8_t*>(::mmap(nullptr, 2 * kPage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
   ASSERT_NE(m, MAP_FAILED);
   Result<PromotedRange> r = Promote(U(m), 2 * kPage);
   ASSERT_TRUE(r.ok()) << r.status().message();
@@ -342,8 +332,8 @@ TEST(Promotion, ForkedChildGetsPrivateCopies) {
   }
   char c = 0;
   ASSERT_EQ(::read(to_parent[0], &c, 1), 1);  // the child has written its copy
-  EXPECT_EQ(m.p[0], 7);                        // not ours
-  m.p[1] = 0x77;                               // not the child's
+  EXPECT_EQ(m.p[0], 7);                       // not ours
+  m.p[1] = 0x77;                              // not the child's
   ASSERT_EQ(::write(to_child[1], "g", 1), 1);
   int status = 0;
   ASSERT_EQ(::waitpid(pid, &status, 0), pid);

@@ -116,22 +116,14 @@ Promotable CheckPromotable(const std::vector<MapsEntry>& entries, uint64_t lo, u
 
 const char* Describe(Promotable p) {
   switch (p) {
-    case Promotable::kYes:
-      return "private anonymous memory";
-    case Promotable::kNotMapped:
-      return "pages not all mapped";
-    case Promotable::kStack:
-      return "the main thread's stack";
-    case Promotable::kHeap:
-      return "the brk heap ([heap])";
-    case Promotable::kFileBacked:
-      return "file-backed, hugetlbfs or shared-file memory";
-    case Promotable::kSpecial:
-      return "a special kernel mapping";
-    case Promotable::kShared:
-      return "shared anonymous memory";
-    case Promotable::kNotWritable:
-      return "memory not mapped read-write";
+    case Promotable::kYes: return "private anonymous memory";
+    case Promotable::kNotMapped: return "pages not all mapped";
+    case Promotable::kStack: return "the main thread's stack";
+    case Promotable::kHeap: return "the brk heap ([heap])";
+    case Promotable::kFileBacked: return "file-backed, hugetlbfs or shared-file memory";
+    case Promotable::kSpecial: return "a special kernel mapping";
+    case Promotable::kShared: return "shared anonymous memory";
+    case Promotable::kNotWritable: return "memory not mapped read-write";
   }
   return "?";
 }

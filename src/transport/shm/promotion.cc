@@ -54,8 +54,8 @@ uint64_t PageSize() {
 bool WriteAll(int fd, const void* src, uint64_t n) {
   uint64_t done = 0;
   while (done < n) {
-    const long k = ::syscall(SYS_pwrite64, fd, static_cast<const uint8_t*>(src) + done, n - done,
-                             static_cast<off_t>(done));
+    const long k =
+        ::syscall(SYS_pwrite64, fd, static_cast<const uint8_t*>(src) + done, n - done, static_cast<off_t>(done));
     if (k < 0 && errno == EINTR) continue;
     if (k <= 0) return false;
     done += static_cast<uint64_t>(k);
@@ -81,8 +81,8 @@ bool ReadAll(int fd, void* dst, uint64_t n) {
 // contract that no other thread uses it during deregistration.
 bool Privatise(uint64_t lo, uint64_t hi, int fd) {
   const uint64_t n = hi - lo;
-  void* at = ::mmap(reinterpret_cast<void*>(lo), n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
-                    -1, 0);
+  void* at =
+      ::mmap(reinterpret_cast<void*>(lo), n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
   if (at == MAP_FAILED) return false;
   return ReadAll(fd, at, n);
 }
