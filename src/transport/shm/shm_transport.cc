@@ -121,9 +121,9 @@ class ShmTransport final : public Transport {
       std::lock_guard lock(promoted_mu_);
       auto it = promoted_.find({region.base, region.len});
       if (it == promoted_.end()) return;
-      id = it->second;
-      promoted_.erase(it);
-      for (const auto& [range, other] : promoted_) last = last && other != id;
+      id = it->second.first;
+      if (--it->second.second == 0) promoted_.erase(it);
+      for (const auto& [range, other] : promoted_) last = last && other.first != id;
     }
     if (last) server_->RemoveSegment(id);
     Unpromote(region.base, region.len);
@@ -336,7 +336,9 @@ class ShmTransport final : public Transport {
     }
     {
       std::lock_guard lock(promoted_mu_);
-      promoted_[{region.base, region.len}] = pr.segment_id;
+      auto& [id, count] = promoted_[{region.base, region.len}];
+      id = pr.segment_id;
+      ++count;
     }
     HIXL_LOG_DEBUG(
         "shm: registered memory [{:#x}, +{}) promoted to shared memory (pages [{:#x}, {:#x}), segment {:#x}): peers on "
@@ -370,7 +372,9 @@ class ShmTransport final : public Transport {
   std::atomic<int> relay_channels_{0};        // relay channels open (until Disconnect)
 
   std::mutex promoted_mu_;
-  std::map<std::pair<uint64_t, uint64_t>, uint32_t> promoted_;  // (base, len) -> segment id; guarded by promoted_mu_
+  // (base, len) -> (segment id, registrations: one Promote each, undone by
+  // DeregisterRegion); guarded by promoted_mu_.
+  std::map<std::pair<uint64_t, uint64_t>, std::pair<uint32_t, int>> promoted_;
 };
 
 }  // namespace
