@@ -1,5 +1,6 @@
 #include "transport/shm/peer.h"
 
+#include <poll.h>
 #include <sys/stat.h>
 
 #include <cstring>
@@ -24,6 +25,15 @@ Result<KeyFields> ParseKey(std::string_view blob, uint64_t len, int peer) {
                k.offset, k.size);
   }
   return k;
+}
+
+Status Peer::CheckAlive() const {
+  if (!pidfd.valid()) return Status::Ok();
+  pollfd p{pidfd.get(), POLLIN, 0};
+  if (::poll(&p, 1, 0) > 0 && (p.revents & POLLIN)) {
+    return Err(Errc::kPeerFailed, "rank {} (pid {}) has exited", rank, pid);
+  }
+  return Status::Ok();
 }
 
 Status Peer::Request(const Msg& m, int fd_to_pass, Msg* reply, net::Fd* reply_fd, int64_t timeout_ms) {

@@ -1,5 +1,6 @@
 #include "transport/shm/shm_transport.h"
 
+#include <sys/pidfd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -84,6 +85,7 @@ class ShmTransport final : public Transport {
     p->rank = peer;
     p->self = peer == host_->rank();
     p->use_cma = options_.cma;
+    if (!p->self) p->pidfd = net::Fd(::pidfd_open(p->pid, 0));  // invalid where refused: no check
     std::lock_guard lock(peers_mu_);
     if (peers_.size() <= static_cast<size_t>(peer)) peers_.resize(static_cast<size_t>(peer) + 1);
     peers_[static_cast<size_t>(peer)] = std::move(p);
@@ -154,6 +156,7 @@ class ShmTransport final : public Transport {
       if (!seg.ok()) return seg.status();
       key->segment = std::move(seg.value());
       key->mapped = static_cast<uint8_t*>(key->segment->get()) + f.offset;
+      key->promoted = (f.segment & kPromotedSegmentBit) != 0;
     }
     return std::shared_ptr<RemoteKey>(key);
   }
@@ -164,6 +167,7 @@ class ShmTransport final : public Transport {
     if (p->closed.load(std::memory_order_acquire)) return NotConnected(*p);
     if (key.mapped) {
       copy::Copy(key.mapped + (dst - key.base), src, n, options_.copy);
+      if (key.promoted) NotePromotedCopy(p);
       return Status::Ok();
     }
     if (p->self) {
@@ -183,6 +187,7 @@ class ShmTransport final : public Transport {
     if (p->closed.load(std::memory_order_acquire)) return NotConnected(*p);
     if (key.mapped) {
       copy::Copy(dst, key.mapped + (src - key.base), n, options_.copy);
+      if (key.promoted) NotePromotedCopy(p);
       return Status::Ok();
     }
     if (p->self) {
@@ -239,10 +244,11 @@ class ShmTransport final : public Transport {
     // Copies into mapped memory and cross-memory attach complete in the
     // call; only relayed puts can be outstanding.
     std::atomic_thread_fence(std::memory_order_seq_cst);
+    Status alive = CheckPromotedPeers();
     // No relay channel open: nothing can be outstanding.  A channel opened
     // by a thread whose puts this fence must complete was counted before
     // those puts were posted, so the count is seen here.
-    if (relay_channels_.load(std::memory_order_acquire) == 0) return Status::Ok();
+    if (relay_channels_.load(std::memory_order_acquire) == 0) return alive;
     std::vector<std::shared_ptr<Peer>> relayed;
     {
       std::lock_guard lock(peers_mu_);
@@ -250,7 +256,7 @@ class ShmTransport final : public Transport {
         if (p && p->relay.open.load(std::memory_order_acquire)) relayed.push_back(p);
       }
     }
-    Status first;
+    Status first = alive;
     for (auto& p : relayed) {
       Status s = FlushRelay(p.get(), Relay());
       if (first.ok() && !s.ok()) first = s;
@@ -261,8 +267,14 @@ class ShmTransport final : public Transport {
   Status Flush(int peer) override {
     std::atomic_thread_fence(std::memory_order_seq_cst);
     std::shared_ptr<Peer> p = FindPeer(peer);
-    // Only relayed transfers can be outstanding (see Flush()).
-    return p ? FlushRelay(p.get(), Relay()) : Status::Ok();
+    if (!p) return Status::Ok();
+    // Only relayed transfers can be outstanding (see Flush()); copies into
+    // promoted memory are checked against the peer's death.
+    Status s = FlushRelay(p.get(), Relay());
+    if (s.ok() && p->promoted_copies.load(std::memory_order_relaxed) && p->promoted_copies.exchange(false)) {
+      s = p->CheckAlive();
+    }
+    return s;
   }
 
   void Disconnect(int peer) override {
@@ -291,6 +303,7 @@ class ShmTransport final : public Transport {
     if (p->closed.load(std::memory_order_acquire)) return NotConnected(*p);
     uint64_t* word = nullptr;
     if (key.mapped) {
+      if (key.promoted) HIXL_RETURN_IF_ERROR(p->CheckAlive());  // the result must come from a live peer
       word = reinterpret_cast<uint64_t*>(key.mapped + (addr - key.base));
     } else if (p->self) {
       word = reinterpret_cast<uint64_t*>(addr);
@@ -325,6 +338,30 @@ class ShmTransport final : public Transport {
   }
 
   RelayContext Relay() { return RelayContext{host_, &relay_channels_}; }
+
+  // A copy into a peer's promoted memory: the next flush checks the peer is
+  // alive (two relaxed stores where not yet set; nothing for heap copies).
+  void NotePromotedCopy(Peer* p) {
+    if (!p->promoted_copies.load(std::memory_order_relaxed)) p->promoted_copies.store(true, std::memory_order_relaxed);
+    if (!promoted_copies_.load(std::memory_order_relaxed)) promoted_copies_.store(true, std::memory_order_relaxed);
+  }
+
+  // For Flush(): the first peer, among those copied into by promoted
+  // mappings since the last flush, whose process has exited.
+  Status CheckPromotedPeers() {
+    if (!promoted_copies_.load(std::memory_order_relaxed) || !promoted_copies_.exchange(false)) return Status::Ok();
+    std::vector<std::shared_ptr<Peer>> copied;
+    {
+      std::lock_guard lock(peers_mu_);
+      for (auto& p : peers_) {
+        if (p && p->promoted_copies.load(std::memory_order_relaxed) && p->promoted_copies.exchange(false)) {
+          copied.push_back(p);
+        }
+      }
+    }
+    for (auto& p : copied) HIXL_RETURN_IF_ERROR(p->CheckAlive());
+    return Status::Ok();
+  }
 
   // The key of a promoted region: that of a heap region ([segment][offset]
   // [size]), the segment being the promoted range's memfd.
@@ -370,6 +407,7 @@ class ShmTransport final : public Transport {
   std::mutex peers_mu_;
   std::vector<std::shared_ptr<Peer>> peers_;  // by rank; null when not connected
   std::atomic<int> relay_channels_{0};        // relay channels open (until Disconnect)
+  std::atomic<bool> promoted_copies_{false};  // some peer's promoted_copies is set
 
   std::mutex promoted_mu_;
   // (base, len) -> (segment id, registrations: one Promote each, undone by
