@@ -14,7 +14,8 @@ struct ShmOptions {
   bool cma = true;  // shm_cma / HIXL_SHM_CMA: copy with process_vm_* (off: the relay)
   bool thp = true;  // shm_thp / HIXL_SHM_THP: advise huge pages for large registered regions
   // shm_promote / HIXL_SHM_PROMOTE: registered private anonymous memory made
-  // shared memory that peers map (promotion.h); off: cross-memory attach.
+  // shared memory that peers map (promotion.h); off: cross-memory attach,
+  // for this process's memory and for peers' promoted memory alike.
   bool promote = true;
   // copy_threads / HIXL_COPY_THREADS (auto: copy::AutoThreads of the cores
   // and the host's ranks), copy_split_min / HIXL_COPY_SPLIT_MIN (testing):

@@ -143,6 +143,10 @@ class ShmTransport final : public Transport {
     HIXL_ASSIGN_OR_RETURN(KeyFields f, ParseKey(key_blob, len, peer));
     if (p->self) {
       key->mapped = reinterpret_cast<uint8_t*>(base);
+    } else if ((f.segment & kPromotedSegmentBit) && !options_.promote) {
+      // HIXL_SHM_PROMOTE=0 here: the peer's promoted memory is reached as
+      // registered memory that is not (cross-memory attach or the relay).
+      return std::shared_ptr<RemoteKey>(key);
     } else {
       Result<std::shared_ptr<Mapping>> seg = p->MapSegment(f.segment, f.size, WaitMs(*host_));
       if (!seg.ok() && (f.segment & kPromotedSegmentBit)) {
