@@ -59,7 +59,7 @@ def garbage(names, secret, stop):
 
 
 def test_strangers_on_the_shm_socket_stall_no_relayed_put(tmp_path):
-    job, go, pids = start_job(tmp_path, 2, clean_env(HIXL_SHM_CMA="0"), "rank_shm.py")
+    job, go, pids = start_job(tmp_path, 2, clean_env(HIXL_SHM_CMA="0", HIXL_SHM_PROMOTE="0"), "rank_shm.py")
     held, stop, thread = [], threading.Event(), None
     try:
         assert len(pids) == 2, pids

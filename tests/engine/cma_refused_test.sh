@@ -7,7 +7,7 @@ engine_test=$1
 if ! setpriv --bounding-set=-sys_ptrace true 2>/dev/null; then
   echo "setpriv cannot drop CAP_SYS_PTRACE here; skipping"; exit 0
 fi
-out=$(HIXL_TEST_UNDUMPABLE=1 HIXL_LOG_LEVEL=info setpriv --bounding-set=-sys_ptrace \
+out=$(HIXL_TEST_UNDUMPABLE=1 HIXL_LOG_LEVEL=info HIXL_SHM_PROMOTE=0 setpriv --bounding-set=-sys_ptrace \
       timeout 600 "$engine_test" --gtest_filter='*/shm' 2>&1)
 rc=$?
 echo "$out" | grep -E "refused|PASSED|FAILED|Failure" | head -20

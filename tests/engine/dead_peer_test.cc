@@ -396,8 +396,9 @@ TEST_P(DeadPeerTest, PeersThatLeaveCleanlyAreNotReportedOnlyTheKilledOneIs) {
 }
 
 std::vector<Variant> Variants() {
-  std::vector<Variant> v = {{"shm_cma", {{"transport", "shm"}}, false},
-                            {"shm_relay", {{"transport", "shm"}, {"shm_cma", "0"}}, true}};
+  std::vector<Variant> v = {{"shm_promote", {{"transport", "shm"}}, false},
+                            {"shm_cma", {{"transport", "shm"}, {"shm_promote", "0"}}, false},
+                            {"shm_relay", {{"transport", "shm"}, {"shm_cma", "0"}, {"shm_promote", "0"}}, true}};
 #ifdef HIXL_TEST_HAVE_UCX
   v.push_back({"ucx", {{"transport", "ucx"}}, false});
 #endif

@@ -599,10 +599,10 @@ TEST_P(EngineTest, AnEngineConnectsToItselfAndSeesLateRegistrations) {
 
 TEST_P(EngineTest, AsyncTransfersCompleteTimeOutAndFailWhenThePeerIsKilled) {
   constexpr size_t kLen = 32 << 20;
-  // The relay (shm_cma=0) needs the peer's progress thread, so a stopped
+  // The relay (shm_cma=0, shm_promote=0) needs the peer's progress thread, so a stopped
   // peer really holds a transfer up; UCX over TCP needs it anyway.
   Peer& p = Start(kLen);
-  hixl::Engine& e = Client(p, {{"shm_cma", "0"}, {"timeout_ms", "20000"}});
+  hixl::Engine& e = Client(p, {{"shm_cma", "0"}, {"shm_promote", "0"}, {"timeout_ms", "20000"}});
   Buf b(kLen);
   Fill(b.p, kLen, 31);
   std::vector<hixl::TransferOpDesc> batch;

@@ -292,8 +292,9 @@ TEST_P(IsolationTest, ConnectTransferDisconnectCyclesReleaseEverything) {
 }
 
 std::vector<Variant> Variants() {
-  std::vector<Variant> v = {{"shm_cma", {{"transport", "shm"}}, true},
-                            {"shm_relay", {{"transport", "shm"}, {"shm_cma", "0"}}, false}};
+  std::vector<Variant> v = {{"shm_promote", {{"transport", "shm"}}, true},
+                            {"shm_cma", {{"transport", "shm"}, {"shm_promote", "0"}}, true},
+                            {"shm_relay", {{"transport", "shm"}, {"shm_cma", "0"}, {"shm_promote", "0"}}, false}};
 #ifdef HIXL_TEST_HAVE_UCX
   v.push_back({"ucx", {{"transport", "ucx"}}, false});
 #endif

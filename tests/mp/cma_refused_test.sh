@@ -7,7 +7,7 @@ hixlrun=$1 conformance=$2
 if ! setpriv --bounding-set=-sys_ptrace true 2>/dev/null; then
   echo "setpriv cannot drop CAP_SYS_PTRACE here; skipping"; exit 0
 fi
-out=$(HIXL_TEST_UNDUMPABLE=1 HIXL_LOG_LEVEL=info HIXL_TRANSPORT=shm HIXL_SHM_CMA=1 \
+out=$(HIXL_TEST_UNDUMPABLE=1 HIXL_LOG_LEVEL=info HIXL_TRANSPORT=shm HIXL_SHM_CMA=1 HIXL_SHM_PROMOTE=0 \
       setpriv --bounding-set=-sys_ptrace "$hixlrun" -n 2 --prefix-output --timeout 600 "$conformance" 2>&1)
 rc=$?
 echo "$out" | grep -E "refused|PASSED|FAILED|Failure" | head -20

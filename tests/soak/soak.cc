@@ -109,6 +109,7 @@ bool Spawn(hixl::test::PeerProc& p, const std::vector<std::string>& args, const 
   if (p.pid == 0) {
     ::setenv("HIXL_TRANSPORT", t.transport, 1);
     ::setenv("HIXL_SHM_CMA", t.cma, 1);
+    ::setenv("HIXL_SHM_PROMOTE", "0", 1);  // registered memory by cross-memory attach or the relay
     for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
     ::dup2(to[0], 0);
     ::dup2(from[1], 1);

@@ -12,6 +12,9 @@ namespace {
 constexpr Switch kCma = {"shm_cma", "HIXL_SHM_CMA",
                          "same-host copies with process_vm_readv/writev (0: through the peer's relay thread)"};
 constexpr Switch kThp = {"shm_thp", "HIXL_SHM_THP", "advise transparent huge pages for large registered regions"};
+constexpr Switch kPromote = {"shm_promote", "HIXL_SHM_PROMOTE",
+                             "registered private anonymous memory becomes shared memory that same-host peers map "
+                             "(0: they reach it by cross-memory attach)"};
 constexpr Switch kCopyThreads = {"copy_threads", "HIXL_COPY_THREADS",
                                  "threads that copy one large same-host transfer: auto (the default: the cores "
                                  "available divided by the ranks on the host, 1 to 4) or 1 to 64"};
@@ -28,12 +31,13 @@ Status ParseOne(const Options& options, const Switch& sw, bool* out) {
 
 }  // namespace
 
-std::vector<Switch> Switches() { return {kCma, kThp, kCopyThreads, kCopySplitMin}; }
+std::vector<Switch> Switches() { return {kCma, kThp, kPromote, kCopyThreads, kCopySplitMin}; }
 
 Result<ShmOptions> ParseOptions(const Options& options) {
   ShmOptions o;
   HIXL_RETURN_IF_ERROR(ParseOne(options, kCma, &o.cma));
   HIXL_RETURN_IF_ERROR(ParseOne(options, kThp, &o.thp));
+  HIXL_RETURN_IF_ERROR(ParseOne(options, kPromote, &o.promote));
   std::optional<SwitchValue> threads = LookUp(options, kCopyThreads);
   const std::string text = threads ? threads->text : "auto";
   const int auto_threads = copy::AutoThreads(copy::AvailableCores(), copy::LocalRanks(copy::ProcessEnvLookUp()));

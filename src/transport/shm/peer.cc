@@ -1,8 +1,11 @@
 #include "transport/shm/peer.h"
 
+#include <poll.h>
 #include <sys/stat.h>
 
 #include <cstring>
+
+#include "transport/shm/promotion.h"
 
 namespace hixl::transport::shm {
 
@@ -22,6 +25,15 @@ Result<KeyFields> ParseKey(std::string_view blob, uint64_t len, int peer) {
                k.offset, k.size);
   }
   return k;
+}
+
+Status Peer::CheckAlive() const {
+  if (!pidfd.valid()) return Status::Ok();
+  pollfd p{pidfd.get(), POLLIN, 0};
+  if (::poll(&p, 1, 0) > 0 && (p.revents & POLLIN)) {
+    return Err(Errc::kPeerFailed, "rank {} (pid {}) has exited", rank, pid);
+  }
+  return Status::Ok();
 }
 
 Status Peer::Request(const Msg& m, int fd_to_pass, Msg* reply, net::Fd* reply_fd, int64_t timeout_ms) {
@@ -49,7 +61,10 @@ Status Peer::Request(const Msg& m, int fd_to_pass, Msg* reply, net::Fd* reply_fd
 
 Result<std::shared_ptr<Mapping>> Peer::MapSegment(uint32_t seg, uint64_t size, int64_t timeout_ms) {
   std::lock_guard lock(conn_mu);
-  auto it = segments.find(seg);
+  // A promoted range's mapping belongs to the keys of its region (it goes
+  // when they do, after the owner deregisters it); heap segments stay.
+  const bool cached = !(seg & kPromotedSegmentBit);
+  auto it = cached ? segments.find(seg) : segments.end();
   if (it != segments.end()) {
     if (it->second->size() < size) {
       return Err(Errc::kTransport, "shm: a key of rank {} says its heap segment {} has {} bytes, not {}", rank, seg,
@@ -69,7 +84,7 @@ Result<std::shared_ptr<Mapping>> Peer::MapSegment(uint32_t seg, uint64_t size, i
   HIXL_ASSIGN_OR_RETURN(
       Mapping map, MapPeerFile(fd.get(), size, fmt::format("heap segment {} of rank {} ({} bytes)", seg, rank, size)));
   auto mapping = std::make_shared<Mapping>(std::move(map));
-  segments.emplace(seg, mapping);
+  if (cached) segments.emplace(seg, mapping);
   return mapping;
 }
 

@@ -28,6 +28,12 @@ struct Peer {
   auth::MaybeSecret secret;  // the job's (the connection proves it), or none: then same user only
   std::atomic<bool> use_cma{true};
   std::atomic<bool> closed{false};  // set by Disconnect
+  // The peer's process (pidfd_open at Connect; invalid where refused): a
+  // copy into its promoted registered memory (promotion.h) is a plain
+  // memcpy that cannot see it die, as cross-memory attach would (ESRCH),
+  // so a flush after such copies asks this (CheckAlive).
+  net::Fd pidfd;
+  std::atomic<bool> promoted_copies{false};  // copies into its promoted memory since the last flush
 
   // The request connection to the peer's progress thread (heap segments,
   // relay set-up), made on first need.
@@ -41,8 +47,12 @@ struct Peer {
   // if needed; conn_mu is held.  A reply's failure status becomes an error.
   Status Request(const Msg& m, int fd_to_pass, Msg* reply, net::Fd* reply_fd, int64_t timeout_ms);
   // The peer's heap segment `seg` of (at least) `size` bytes, mapped here on
-  // first need; an error where the segment is smaller.
+  // first need; an error where the segment is smaller.  A promoted range's
+  // segment (kPromotedSegmentBit) is mapped anew for each call and kept by
+  // the caller's key only, so it is unmapped when its region's keys go.
   Result<std::shared_ptr<Mapping>> MapSegment(uint32_t seg, uint64_t size, int64_t timeout_ms);
+  // kPeerFailed when the peer's process has exited (its pidfd is readable).
+  Status CheckAlive() const;
   // Closes the request connection and lets go of the segment mappings (a key
   // that points into one keeps it mapped until the key goes).
   void CloseConnection();
@@ -65,7 +75,8 @@ Status NotConnected(const Peer& p);
 
 struct ShmKey final : RemoteKey {
   uint64_t base = 0;
-  uint8_t* mapped = nullptr;         // the region in this process, for heap regions
+  uint8_t* mapped = nullptr;         // the region in this process, for heap and promoted regions
+  bool promoted = false;             // mapped from a promoted range of the peer (not the heap)
   std::shared_ptr<Mapping> segment;  // keeps `mapped` valid, even after Disconnect
   std::shared_ptr<Peer> peer;        // so the hot path takes no lock
 };

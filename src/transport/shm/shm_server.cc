@@ -234,4 +234,13 @@ Status ShmServer::AddSegment(uint32_t id, int backing_fd, uint64_t size) {
   return Status::Ok();
 }
 
+void ShmServer::RemoveSegment(uint32_t id) {
+  Fd gone;  // closed after the lock is let go
+  std::lock_guard lock(s_->segments_mu);
+  auto it = s_->segments.find(id);
+  if (it == s_->segments.end()) return;
+  gone = std::move(it->second.first);
+  s_->segments.erase(it);
+}
+
 }  // namespace hixl::transport::shm

@@ -38,6 +38,9 @@ class ShmServer {
   // Serves heap segment `id` (a copy of backing_fd is kept) to origins
   // that ask; once per id.
   Status AddSegment(uint32_t id, int backing_fd, uint64_t size);
+  // Stops serving segment `id` (a promoted range deregistered); origins
+  // that mapped it keep their mappings.
+  void RemoveSegment(uint32_t id);
 
   struct State;
 

@@ -1,11 +1,13 @@
 #include "transport/shm/shm_transport.h"
 
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <random>
 #include <vector>
@@ -19,6 +21,7 @@
 #include "transport/shm/mapping.h"
 #include "transport/shm/options.h"
 #include "transport/shm/peer.h"
+#include "transport/shm/promotion.h"
 #include "transport/shm/relay.h"
 #include "transport/shm/shm_server.h"
 
@@ -82,6 +85,9 @@ class ShmTransport final : public Transport {
     p->rank = peer;
     p->self = peer == host_->rank();
     p->use_cma = options_.cma;
+    // Invalid where refused: no check then.  (glibc 2.36's sys/pidfd.h
+    // declares pidfd_open without C linkage.)
+    if (!p->self) p->pidfd = net::Fd(static_cast<int>(::syscall(SYS_pidfd_open, p->pid, 0)));
     std::lock_guard lock(peers_mu_);
     if (peers_.size() <= static_cast<size_t>(peer)) peers_.resize(static_cast<size_t>(peer) + 1);
     peers_[static_cast<size_t>(peer)] = std::move(p);
@@ -93,6 +99,15 @@ class ShmTransport final : public Transport {
       return Err(Errc::kUnsupported, "shm: this transport moves host memory only");
     }
     if (region.backing_fd < 0) {
+      if (options_.promote) {
+        Result<PromotedRange> pr = Promote(region.base, region.len);
+        if (pr.ok()) return PromotedKey(region, *pr);
+        HIXL_LOG_DEBUG("shm: registered memory [{:#x}, +{}) is reached by cross-memory attach: not promoted ({})",
+                       region.base, region.len, pr.status().message());
+      } else {
+        HIXL_LOG_DEBUG("shm: registered memory [{:#x}, +{}) is reached by cross-memory attach (HIXL_SHM_PROMOTE=0)",
+                       region.base, region.len);
+      }
       if (options_.thp) AdviseHugePages(region.base, region.len);
       return std::string();
     }
@@ -102,7 +117,21 @@ class ShmTransport final : public Transport {
     return std::move(w.str());
   }
 
-  void DeregisterRegion(const LocalRegion&) override {}
+  void DeregisterRegion(const LocalRegion& region) override {
+    if (region.backing_fd >= 0) return;
+    uint32_t id = 0;
+    bool last = true;  // no other region of ours is in the same promoted range
+    {
+      std::lock_guard lock(promoted_mu_);
+      auto it = promoted_.find({region.base, region.len});
+      if (it == promoted_.end()) return;
+      id = it->second.first;
+      if (--it->second.second == 0) promoted_.erase(it);
+      for (const auto& [range, other] : promoted_) last = last && other.first != id;
+    }
+    if (last) server_->RemoveSegment(id);
+    Unpromote(region.base, region.len);
+  }
 
   Result<std::shared_ptr<RemoteKey>> UnpackKey(int peer, uint64_t base, uint64_t len,
                                                std::string_view key_blob) override {
@@ -116,9 +145,24 @@ class ShmTransport final : public Transport {
     HIXL_ASSIGN_OR_RETURN(KeyFields f, ParseKey(key_blob, len, peer));
     if (p->self) {
       key->mapped = reinterpret_cast<uint8_t*>(base);
+    } else if ((f.segment & kPromotedSegmentBit) && !options_.promote) {
+      // HIXL_SHM_PROMOTE=0 here: the peer's promoted memory is reached as
+      // registered memory that is not (cross-memory attach or the relay).
+      return std::shared_ptr<RemoteKey>(key);
     } else {
-      HIXL_ASSIGN_OR_RETURN(key->segment, p->MapSegment(f.segment, f.size, WaitMs(*host_)));
+      Result<std::shared_ptr<Mapping>> seg = p->MapSegment(f.segment, f.size, WaitMs(*host_));
+      if (!seg.ok() && (f.segment & kPromotedSegmentBit)) {
+        // A promoted region deregistered meanwhile (its segment no longer
+        // served), or a peer that cannot pass it: cross-memory attach, as
+        // for memory that was never promoted.
+        HIXL_LOG_DEBUG("shm: rank {}'s registered memory at {:#x} is reached by cross-memory attach: {}", peer, base,
+                       seg.status().message());
+        return std::shared_ptr<RemoteKey>(key);
+      }
+      if (!seg.ok()) return seg.status();
+      key->segment = std::move(seg.value());
       key->mapped = static_cast<uint8_t*>(key->segment->get()) + f.offset;
+      key->promoted = (f.segment & kPromotedSegmentBit) != 0;
     }
     return std::shared_ptr<RemoteKey>(key);
   }
@@ -129,6 +173,7 @@ class ShmTransport final : public Transport {
     if (p->closed.load(std::memory_order_acquire)) return NotConnected(*p);
     if (key.mapped) {
       copy::Copy(key.mapped + (dst - key.base), src, n, options_.copy);
+      if (key.promoted) NotePromotedCopy(p);
       return Status::Ok();
     }
     if (p->self) {
@@ -148,6 +193,7 @@ class ShmTransport final : public Transport {
     if (p->closed.load(std::memory_order_acquire)) return NotConnected(*p);
     if (key.mapped) {
       copy::Copy(dst, key.mapped + (src - key.base), n, options_.copy);
+      if (key.promoted) NotePromotedCopy(p);
       return Status::Ok();
     }
     if (p->self) {
@@ -204,10 +250,11 @@ class ShmTransport final : public Transport {
     // Copies into mapped memory and cross-memory attach complete in the
     // call; only relayed puts can be outstanding.
     std::atomic_thread_fence(std::memory_order_seq_cst);
+    Status alive = CheckPromotedPeers();
     // No relay channel open: nothing can be outstanding.  A channel opened
     // by a thread whose puts this fence must complete was counted before
     // those puts were posted, so the count is seen here.
-    if (relay_channels_.load(std::memory_order_acquire) == 0) return Status::Ok();
+    if (relay_channels_.load(std::memory_order_acquire) == 0) return alive;
     std::vector<std::shared_ptr<Peer>> relayed;
     {
       std::lock_guard lock(peers_mu_);
@@ -215,7 +262,7 @@ class ShmTransport final : public Transport {
         if (p && p->relay.open.load(std::memory_order_acquire)) relayed.push_back(p);
       }
     }
-    Status first;
+    Status first = alive;
     for (auto& p : relayed) {
       Status s = FlushRelay(p.get(), Relay());
       if (first.ok() && !s.ok()) first = s;
@@ -226,8 +273,14 @@ class ShmTransport final : public Transport {
   Status Flush(int peer) override {
     std::atomic_thread_fence(std::memory_order_seq_cst);
     std::shared_ptr<Peer> p = FindPeer(peer);
-    // Only relayed transfers can be outstanding (see Flush()).
-    return p ? FlushRelay(p.get(), Relay()) : Status::Ok();
+    if (!p) return Status::Ok();
+    // Only relayed transfers can be outstanding (see Flush()); copies into
+    // promoted memory are checked against the peer's death.
+    Status s = FlushRelay(p.get(), Relay());
+    if (s.ok() && p->promoted_copies.load(std::memory_order_relaxed) && p->promoted_copies.exchange(false)) {
+      s = p->CheckAlive();
+    }
+    return s;
   }
 
   void Disconnect(int peer) override {
@@ -256,6 +309,7 @@ class ShmTransport final : public Transport {
     if (p->closed.load(std::memory_order_acquire)) return NotConnected(*p);
     uint64_t* word = nullptr;
     if (key.mapped) {
+      if (key.promoted) HIXL_RETURN_IF_ERROR(p->CheckAlive());  // the result must come from a live peer
       word = reinterpret_cast<uint64_t*>(key.mapped + (addr - key.base));
     } else if (p->self) {
       word = reinterpret_cast<uint64_t*>(addr);
@@ -291,6 +345,53 @@ class ShmTransport final : public Transport {
 
   RelayContext Relay() { return RelayContext{host_, &relay_channels_}; }
 
+  // A copy into a peer's promoted memory: the next flush checks the peer is
+  // alive (two relaxed stores where not yet set; nothing for heap copies).
+  void NotePromotedCopy(Peer* p) {
+    if (!p->promoted_copies.load(std::memory_order_relaxed)) p->promoted_copies.store(true, std::memory_order_relaxed);
+    if (!promoted_copies_.load(std::memory_order_relaxed)) promoted_copies_.store(true, std::memory_order_relaxed);
+  }
+
+  // For Flush(): the first peer, among those copied into by promoted
+  // mappings since the last flush, whose process has exited.
+  Status CheckPromotedPeers() {
+    if (!promoted_copies_.load(std::memory_order_relaxed) || !promoted_copies_.exchange(false)) return Status::Ok();
+    std::vector<std::shared_ptr<Peer>> copied;
+    {
+      std::lock_guard lock(peers_mu_);
+      for (auto& p : peers_) {
+        if (p && p->promoted_copies.load(std::memory_order_relaxed) && p->promoted_copies.exchange(false)) {
+          copied.push_back(p);
+        }
+      }
+    }
+    for (auto& p : copied) HIXL_RETURN_IF_ERROR(p->CheckAlive());
+    return Status::Ok();
+  }
+
+  // The key of a promoted region: that of a heap region ([segment][offset]
+  // [size]), the segment being the promoted range's memfd.
+  Result<std::string> PromotedKey(const LocalRegion& region, const PromotedRange& pr) {
+    Status s = server_->AddSegment(pr.segment_id, pr.fd, pr.hi - pr.lo);
+    if (!s.ok()) {
+      Unpromote(region.base, region.len);
+      return s;
+    }
+    {
+      std::lock_guard lock(promoted_mu_);
+      auto& [id, count] = promoted_[{region.base, region.len}];
+      id = pr.segment_id;
+      ++count;
+    }
+    HIXL_LOG_DEBUG(
+        "shm: registered memory [{:#x}, +{}) promoted to shared memory (pages [{:#x}, {:#x}), segment {:#x}): peers on "
+        "this host map it",
+        region.base, region.len, pr.lo, pr.hi, pr.segment_id);
+    net::Writer w;
+    w.Put<uint32_t>(pr.segment_id).Put<uint64_t>(region.base - pr.lo).Put<uint64_t>(pr.hi - pr.lo);
+    return std::move(w.str());
+  }
+
   Host* const host_;
   const ShmOptions options_;
   const auth::MaybeSecret secret_;
@@ -312,6 +413,12 @@ class ShmTransport final : public Transport {
   std::mutex peers_mu_;
   std::vector<std::shared_ptr<Peer>> peers_;  // by rank; null when not connected
   std::atomic<int> relay_channels_{0};        // relay channels open (until Disconnect)
+  std::atomic<bool> promoted_copies_{false};  // some peer's promoted_copies is set
+
+  std::mutex promoted_mu_;
+  // (base, len) -> (segment id, registrations: one Promote each, undone by
+  // DeregisterRegion); guarded by promoted_mu_.
+  std::map<std::pair<uint64_t, uint64_t>, std::pair<uint32_t, int>> promoted_;
 };
 
 }  // namespace
