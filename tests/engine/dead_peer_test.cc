@@ -396,7 +396,7 @@ TEST_P(DeadPeerTest, PeersThatLeaveCleanlyAreNotReportedOnlyTheKilledOneIs) {
 }
 
 std::vector<Variant> Variants() {
-  std::vector<Variant> v = {{"shm_promote", {{"transport", "shm"}}, false},
+  std::vector<Variant> v = {{"shm_promote", {{"transport", "shm"}, {"shm_promote", "1"}}, false},
                             {"shm_cma", {{"transport", "shm"}, {"shm_promote", "0"}}, false},
                             {"shm_relay", {{"transport", "shm"}, {"shm_cma", "0"}, {"shm_promote", "0"}}, true}};
 #ifdef HIXL_TEST_HAVE_UCX

@@ -292,7 +292,7 @@ TEST_P(IsolationTest, ConnectTransferDisconnectCyclesReleaseEverything) {
 }
 
 std::vector<Variant> Variants() {
-  std::vector<Variant> v = {{"shm_promote", {{"transport", "shm"}}, true},
+  std::vector<Variant> v = {{"shm_promote", {{"transport", "shm"}, {"shm_promote", "1"}}, true},
                             {"shm_cma", {{"transport", "shm"}, {"shm_promote", "0"}}, true},
                             {"shm_relay", {{"transport", "shm"}, {"shm_cma", "0"}, {"shm_promote", "0"}}, false}};
 #ifdef HIXL_TEST_HAVE_UCX
