@@ -20,6 +20,8 @@
 // side only this thread touches, or the atomic on the user's word): the
 // transports' own fields stay checked, ordered by their atomics and locks.
 
+// HIXL_UNDER_TSAN: 1 in a ThreadSanitizer build, else 0 (also for code
+// that only needs to know, such as the symmetric heap).
 #if defined(__SANITIZE_THREAD__)
 #define HIXL_UNDER_TSAN 1
 #elif defined(__has_feature)
@@ -27,8 +29,11 @@
 #define HIXL_UNDER_TSAN 1
 #endif
 #endif
+#ifndef HIXL_UNDER_TSAN
+#define HIXL_UNDER_TSAN 0
+#endif
 
-#ifdef HIXL_UNDER_TSAN
+#if HIXL_UNDER_TSAN
 // The dynamic annotations the TSan runtime exports.
 extern "C" void AnnotateIgnoreReadsBegin(const char* file, int line);
 extern "C" void AnnotateIgnoreReadsEnd(const char* file, int line);
@@ -40,7 +45,7 @@ namespace hixl::base {
 
 class UserMemory {
  public:
-#ifdef HIXL_UNDER_TSAN
+#if HIXL_UNDER_TSAN
   UserMemory() {
     AnnotateIgnoreReadsBegin(__FILE__, __LINE__);
     AnnotateIgnoreWritesBegin(__FILE__, __LINE__);

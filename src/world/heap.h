@@ -9,17 +9,6 @@
 // Thread-safe.
 #pragma once
 
-#if defined(__SANITIZE_THREAD__)
-#define HIXL_UNDER_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define HIXL_UNDER_TSAN 1
-#endif
-#endif
-#ifndef HIXL_UNDER_TSAN
-#define HIXL_UNDER_TSAN 0
-#endif
-
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -27,6 +16,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "base/user_memory.h"  // HIXL_UNDER_TSAN
 
 namespace hixl {
 
