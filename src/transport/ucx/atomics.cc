@@ -1,5 +1,7 @@
 #include "transport/ucx/atomics.h"
 
+#include <algorithm>
+#include <atomic>
 #include <memory>
 
 #include "transport/ucx/endpoint.h"
@@ -8,10 +10,20 @@ namespace hixl::transport::ucx {
 
 namespace {
 
+std::atomic<int64_t> g_live_calls{0};
+
 // One remote atomic in flight.  Its operand and reply live here, not on the
 // caller's stack, so that a caller that gives up (HIXL_TIMEOUT_MS) leaves
-// UCX nothing dangling: the completion then frees it.
+// UCX nothing dangling.  The caller that gives up hands it to its worker;
+// the completion then frees it, or, where UCX never completes the request
+// (seen with UCX 1.13 for an atomic queued on an endpoint whose peer died
+// during wire-up), the worker does when it goes.
 struct AtomicCall {
+  AtomicCall() { g_live_calls.fetch_add(1, std::memory_order_relaxed); }
+  ~AtomicCall() { g_live_calls.fetch_sub(1, std::memory_order_relaxed); }
+  AtomicCall(const AtomicCall&) = delete;
+  AtomicCall& operator=(const AtomicCall&) = delete;
+
   Worker* w = nullptr;
   uint64_t operand = 0;  // ucp_atomic_op_nbx's buffer
   uint64_t reply = 0;    // its reply_buffer: the value before the operation
@@ -25,7 +37,7 @@ void OnAtomicDone(void* request, ucs_status_t status, void* user_data) {
   auto* c = static_cast<AtomicCall*>(user_data);
   ucp_request_free(request);
   if (c->abandoned) {
-    delete c;
+    std::erase_if(c->w->abandoned, [c](const std::shared_ptr<void>& a) { return a.get() == c; });  // frees c
     return;
   }
   c->done = true;
@@ -77,7 +89,8 @@ Status RemoteAtomic(const UcxKey& k, AtomicOp op, uint64_t addr, uint64_t operan
   ucs_status_ptr_t r = ucp_atomic_op_nbx(p->ep, uop, &call->operand, 1, addr, k.rkey, &param);
   if (UCS_PTR_IS_ERR(r)) return Failure(p, UCS_PTR_STATUS(r), fmt::format("an atomic at {:#x}", addr).c_str());
   if (r != nullptr && !w->ProgressUntil(lock, deadline, [&] { return call->done; })) {
-    call.release()->abandoned = true;  // OnAtomicDone frees it
+    call->abandoned = true;
+    w->abandoned.push_back(std::shared_ptr<AtomicCall>(std::move(call)));  // OnAtomicDone or ~Worker frees it
     lock.unlock();
     w->Kick();
     if (p->ep_error.load() != UCS_OK) return Failure(p, p->ep_error.load(), "an atomic");
@@ -90,5 +103,7 @@ Status RemoteAtomic(const UcxKey& k, AtomicOp op, uint64_t addr, uint64_t operan
   *old = call->reply;
   return Status::Ok();
 }
+
+int64_t LiveAtomicCalls() { return g_live_calls.load(); }
 
 }  // namespace hixl::transport::ucx

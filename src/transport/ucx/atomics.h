@@ -15,4 +15,9 @@ namespace hixl::transport::ucx {
 Status RemoteAtomic(const UcxKey& k, AtomicOp op, uint64_t addr, uint64_t operand, uint64_t compare, uint64_t* old,
                     int64_t timeout_ms);
 
+// Remote atomics whose state is still allocated in this process (in flight,
+// or given up on and awaiting UCX's completion or the worker's end): tests
+// check that it returns to zero.
+int64_t LiveAtomicCalls();
+
 }  // namespace hixl::transport::ucx

@@ -137,6 +137,7 @@ Worker::~Worker() {
     acceptor.reset();  // its endpoints go before the worker
   }
   if (worker) ucp_worker_destroy(worker);
+  abandoned.clear();  // requests UCX never completed: no callback can reach them now
   if (context) ucp_cleanup(context);
 }
 

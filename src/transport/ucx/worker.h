@@ -11,6 +11,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "base/socket.h"
 #include "transport/transport.h"
@@ -46,6 +47,11 @@ class Worker {
   // Set when a request completes or an endpoint fails: what a waiting
   // flush may be waiting for.
   std::atomic<bool> completed{false};
+  // What callers that gave up waiting (HIXL_TIMEOUT_MS) left with UCX: a
+  // request's completion removes its own entry; whatever UCX never
+  // completes goes with the worker, after ucp_worker_destroy (no callback
+  // can run then).  Guarded by mu.
+  std::vector<std::shared_ptr<void>> abandoned;
 
   // The progress thread serves the network on the target side (needed where
   // UCX emulates RMA, as over TCP) and sleeps on the worker's event fd
