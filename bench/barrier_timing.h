@@ -17,16 +17,31 @@ namespace hixl_bench {
 struct BarrierOptions {
   long iters = 1000;  // barriers per repetition
   long reps = 3;      // timed repetitions (after one of warm-up)
+  // What is timed: barrier, allgather (bytes from every rank) or broadcast
+  // (bytes from rank 0).
+  std::string op = "barrier";
+  long bytes = 8;
 };
 
-// --iters N --reps N; false (and a message) on anything else.
+// --iters N --reps N --op barrier|allgather|broadcast --bytes N; false (and
+// a message) on anything else.
 inline bool ParseBarrierOptions(int argc, char** argv, const char* prog, BarrierOptions* o) {
   for (int i = 1; i < argc; i += 2) {  // each option takes one value
     const std::string a = argv[i];
-    long* into = a == "--iters" ? &o->iters : a == "--reps" ? &o->reps : nullptr;
-    char* end = nullptr;
-    if (!into || i + 1 >= argc || (*into = std::strtol(argv[i + 1], &end, 10)) <= 0 || *end != '\0') {
-      std::fprintf(stderr, "usage: %s [--iters N (1000)] [--reps N (3)]\n", prog);
+    bool ok = i + 1 < argc;
+    if (ok && a == "--op") {
+      o->op = argv[i + 1];
+      ok = o->op == "barrier" || o->op == "allgather" || o->op == "broadcast";
+    } else {
+      long* into = a == "--iters" ? &o->iters : a == "--reps" ? &o->reps : a == "--bytes" ? &o->bytes : nullptr;
+      char* end = nullptr;
+      ok = ok && into && (*into = std::strtol(argv[i + 1], &end, 10)) > 0 && *end == '\0';
+    }
+    if (!ok) {
+      std::fprintf(stderr,
+                   "usage: %s [--iters N (1000)] [--reps N (3)] [--op barrier|allgather|broadcast] "
+                   "[--bytes N (8)]\n",
+                   prog);
       return false;
     }
   }
@@ -57,7 +72,8 @@ inline double Median(std::vector<double> v) {
   return n == 0 ? 0 : n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-// The line bench/barrier_vs_mpi reads: "<what> ranks=N iters=I reps=R median_us=X reps_us=a,b,c".
+// The line bench/barrier_vs_mpi reads:
+// "<what> ranks=N bytes=B iters=I reps=R median_us=X reps_us=a,b,c".
 inline void PrintBarrierLine(const char* what, int ranks, const BarrierOptions& o, const std::vector<double>& per) {
   std::string all;
   for (double v : per) {
@@ -65,8 +81,8 @@ inline void PrintBarrierLine(const char* what, int ranks, const BarrierOptions& 
     std::snprintf(one, sizeof one, "%s%.3f", all.empty() ? "" : ",", v);
     all += one;
   }
-  std::printf("%s ranks=%d iters=%ld reps=%ld median_us=%.3f reps_us=%s\n", what, ranks, o.iters, o.reps, Median(per),
-              all.c_str());
+  std::printf("%s ranks=%d bytes=%ld iters=%ld reps=%ld median_us=%.3f reps_us=%s\n", what, ranks,
+              o.op == "barrier" ? 0 : o.bytes, o.iters, o.reps, Median(per), all.c_str());
   std::fflush(stdout);
 }
 

@@ -110,6 +110,11 @@ int hixl_barrier(void);
  * bytes_per_rank bytes from each rank, in rank order (recv, the caller's,
  * holds world_size * bytes_per_rank bytes). */
 int hixl_allgather(const void *send, void *recv, size_t bytes_per_rank);
+/* Collective, blocks until every rank has called it: the size bytes at buf
+ * on rank root are copied to buf on every other rank.  Every rank passes the
+ * same root and size; a rank whose call does not match the root's gets
+ * HIXL_ERR_INVALID_ARG, never other bytes. */
+int hixl_broadcast(int root, void *buf, size_t size);
 
 /* ---- Signals, atomics and notifications: telling a target that data
  * arrived, without asking it to take part. */

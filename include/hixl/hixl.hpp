@@ -118,7 +118,7 @@ class [[nodiscard]] Result {
 // the destructor (or Finalize()) leaves it (collective).  One per process.
 // All methods but Finalize are safe from any thread.  Each method blocks
 // exactly as its hixl.h counterpart does (World::Put as hixl_put, ...): Init,
-// Finalize, Barrier and Allgather wait for every rank; Fence, WaitUntil,
+// Finalize, Barrier, Allgather and Broadcast wait for every rank; Fence, WaitUntil,
 // WaitNotification, Notify, Free, DeregisterMemory and the atomics wait as
 // documented there; the rest do not wait for other processes.  Results are
 // the caller's copies; memory passed in stays the caller's.
@@ -151,6 +151,8 @@ class World {
   Status Barrier();
   // recv.size() becomes size() * send.size().
   Status Allgather(const void* send, void* recv, size_t bytes_per_rank);
+  // buf's size bytes at `root` copied to buf at every rank (hixl_broadcast).
+  Status Broadcast(int root, void* buf, size_t size);
   // Signals, atomics and notifications: see hixl.h.
   Status PutSignal(int dst_rank, const void* src, uint64_t dst_addr, size_t size, uint64_t sig_addr, uint64_t value,
                    SignalOp op);

@@ -94,6 +94,7 @@ from ._hixl import (  # noqa: F401  (re-exported)
     atomic_set,
     atomic_swap,
     barrier,
+    broadcast,
     deregister_memory,
     fence,
     finalize,
@@ -123,7 +124,7 @@ _atexit.register(_hixl._at_exit)
 __all__ = [
     "init", "finalize", "is_initialized", "rank", "world_size",
     "alloc", "free", "Buffer", "register_memory", "deregister_memory",
-    "put", "get", "fence", "barrier", "allgather", "strerror",
+    "put", "get", "fence", "barrier", "allgather", "broadcast", "strerror",
     "put_signal", "wait_until", "test", "SIGNAL_SET", "SIGNAL_ADD",
     "CMP_EQ", "CMP_NE", "CMP_GT", "CMP_GE", "CMP_LT", "CMP_LE",
     "atomic_fetch", "atomic_set", "atomic_add", "atomic_fetch_add", "atomic_swap", "atomic_compare_swap",

@@ -11,7 +11,7 @@
 //   addresses.* local int addresses checked before use: the known ranges
 //               (registered, allocated), else what the kernel says
 //   world.cc    init/finalize, alloc/free, register, put/get, fence/barrier,
-//               allgather
+//               allgather, broadcast
 //   signals.cc  put_signal, wait_until/test, remote atomics, notifications
 //   engine.cc   hixl.Engine (the CANN-shaped engine API)
 //

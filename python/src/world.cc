@@ -1,5 +1,5 @@
 // The world API of hixl._hixl over hixl::World: init/finalize, symmetric
-// memory (alloc/free), registration, put/get, fence/barrier and allgather.
+// memory (alloc/free), registration, put/get, fence/barrier, allgather and broadcast.
 // Transfers keep their local objects alive until the fence or barrier that
 // completes them (state.h); the GIL is released around every call that may
 // wait.
@@ -325,6 +325,25 @@ py::list Allgather(py::handle value) {
   return out;
 }
 
+// broadcast(buf, root=0): the root's bytes of a writable bytes-like object
+// (tensor, numpy array, bytearray) copied into buf at every rank, in place;
+// every rank passes a buffer of the same size.
+void Broadcast(py::handle buf, int root) {
+  hixl::World& w = WorldOrRaise("hixl.broadcast");
+  if (IsInt(buf)) {
+    RaiseInvalid(
+        "hixl.broadcast: buf must be an object that holds its memory (a tensor, a numpy array, a "
+        "bytearray, a hixl.Buffer), not an address");
+  }
+  Mem m = ResolveLocal(buf, "hixl.broadcast: buf", true);
+  hixl::Status s;
+  {
+    py::gil_scoped_release nogil;
+    s = w.Broadcast(root, reinterpret_cast<void*>(m.addr), m.nbytes);
+  }
+  Check(s);
+}
+
 py::dict Stats() {
   py::dict d;
   d["pending_transfers"] = S().pending.size();
@@ -368,6 +387,9 @@ void BindWorld(py::module_& m) {
   m.def("barrier", &Barrier, "Collective: every rank has arrived, and every rank's transfers are complete.");
   m.def("allgather", &Allgather, py::arg("value"),
         "Collective: every rank's int (-> list of ints) or bytes-like object (-> list of bytes), in rank order.");
+  m.def("broadcast", &Broadcast, py::arg("buf"), py::arg("root") = 0,
+        "Collective: root's bytes of buf (a writable bytes-like object: tensor, numpy array, bytearray) copied "
+        "into buf at every rank; every rank passes the same root and a buffer of the same size.");
   m.def(
       "_at_exit", [] { S().exiting = true; }, "Called at interpreter exit: blocks are no longer freed one by one.");
   m.def("_stats", &Stats, "Bookkeeping counters, for tests.");

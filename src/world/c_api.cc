@@ -134,6 +134,13 @@ int hixl_allgather(const void* send, void* recv, size_t bytes_per_rank) {
   });
 }
 
+int hixl_broadcast(int root, void* buf, size_t size) {
+  return Guard([&]() -> Status {
+    WORLD_OR_FAIL(w, "hixl_broadcast");
+    return w->Broadcast(root, buf, size);
+  });
+}
+
 int hixl_put_signal(int dst_rank, const void* src_addr, uint64_t dst_addr, size_t size, uint64_t sig_addr,
                     uint64_t value, int op) {
   return Guard([&]() -> Status {

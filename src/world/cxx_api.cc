@@ -91,6 +91,11 @@ Status World::Allgather(const void* send, void* recv, size_t bytes_per_rank) {
   return w->Allgather(send, recv, bytes_per_rank);
 }
 
+Status World::Broadcast(int root, void* buf, size_t size) {
+  HIXL_WORLD_OR_RETURN(w, "hixl_broadcast");
+  return w->Broadcast(root, buf, size);
+}
+
 Status World::PutSignal(int dst_rank, const void* src, uint64_t dst_addr, size_t size, uint64_t sig_addr,
                         uint64_t value, SignalOp op) {
   HIXL_WORLD_OR_RETURN(w, "hixl_put_signal");

@@ -407,48 +407,6 @@ Status WorldImpl::Fence() {
   return s;
 }
 
-Status WorldImpl::Allgather(const void* send, void* recv, size_t bytes_per_rank) {
-  if (bytes_per_rank == 0) return Status::Ok();
-  if (!send || !recv) return Err(Errc::kInvalidArg, "hixl_allgather: {} is NULL", send ? "recv" : "send");
-  if (bytes_per_rank > (size_t{64} << 20)) {
-    return Err(Errc::kInvalidArg,
-               "hixl_allgather: {} bytes per rank is too large (at most 64 MiB; it is meant for "
-               "small data such as addresses)",
-               bytes_per_rank);
-  }
-  const uint64_t epoch = allgather_epoch_.fetch_add(1);
-  const std::string mine(static_cast<const char*>(send), bytes_per_rank);
-  HIXL_RETURN_IF_ERROR(store_->Set(fmt::format("ag/{}/{}", epoch, rank()), mine));
-  auto* out = static_cast<char*>(recv);
-  auto take = [&](int r, const std::string& v) -> Status {
-    if (v.size() != bytes_per_rank) {
-      return Err(Errc::kInvalidArg, "hixl_allgather: rank {} sent {} bytes but this rank expects {}", r, v.size(),
-                 bytes_per_rank);
-    }
-    std::memcpy(out + static_cast<size_t>(r) * bytes_per_rank, v.data(), bytes_per_rank);
-    return Status::Ok();
-  };
-  // Everyone's part in one request where it fits one reply, else one by one.
-  if ((bytes_per_rank + 4) * static_cast<uint64_t>(size()) + 4 <= bootstrap::kMaxGatherBytes) {
-    auto all = store_->Gather(fmt::format("ag/{}/", epoch), size(), cfg_.timeout_ms);
-    if (!all.ok()) return Err(all.status().code(), "hixl_allgather: {}", all.status().message());
-    for (int r = 0; r < size(); ++r) HIXL_RETURN_IF_ERROR(take(r, all.value()[static_cast<size_t>(r)]));
-  } else {
-    for (int r = 0; r < size(); ++r) {
-      auto v = store_->Get(fmt::format("ag/{}/{}", epoch, r), cfg_.timeout_ms);
-      if (!v.ok()) return Err(v.status().code(), "hixl_allgather: waiting for rank {}: {}", r, v.status().message());
-      HIXL_RETURN_IF_ERROR(take(r, v.value()));
-    }
-  }
-  // The last rank to finish reading removes the round's keys.
-  HIXL_ASSIGN_OR_RETURN(int64_t done, store_->Add(fmt::format("ag/{}/done", epoch), 1));
-  if (done == size()) {
-    for (int r = 0; r < size(); ++r) (void)store_->Delete(fmt::format("ag/{}/{}", epoch, r));
-    (void)store_->Delete(fmt::format("ag/{}/done", epoch));
-  }
-  return Status::Ok();
-}
-
 Status WorldImpl::Finalize() {
   if (finalized_) return Status::Ok();
   finalized_ = true;

@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -49,7 +50,10 @@ class WorldImpl final : private Session::Delegate {
   Status Fence();
   // On the data plane (world_barrier.cc, world/barrier.h); implies Fence.
   Status Barrier();
+  // Small collectives (world_collectives.cc): on the data plane, through the
+  // scratch area after the barrier's flags, once the barrier runs there.
   Status Allgather(const void* send, void* recv, size_t bytes_per_rank);
+  Status Broadcast(int root, void* buf, size_t bytes);
 
   // Signals, atomics, notifications (world_signal.cc).
   Status PutSignal(int dst_rank, const void* src, uint64_t dst_addr, size_t size, uint64_t sig_addr, uint64_t value,
@@ -85,6 +89,16 @@ class WorldImpl final : private Session::Delegate {
   void StartBarrier();
   Status StoreBarrier();
   Status SignalBarrier(int to, size_t round, uint64_t epoch);
+  // The collectives' scratch (world_collectives.cc): two halves after the
+  // barrier's flags, used in turn, one per round.
+  static constexpr size_t kScratchHalf = size_t{64} << 10;
+  char* ScratchHalf(uint64_t round) const;
+  // Puts [slot, slot + slot_bytes) to the same address at every other rank
+  // (when `put`), then the barrier.  Errors start with `api`.
+  Status ScratchRound(const char* api, char* slot, size_t slot_bytes, bool put);
+  // Allgather through rank 0's store: during init, and for data too large
+  // for the scratch.
+  Status StoreAllgather(const void* send, void* recv, size_t bytes_per_rank);
 
   Status CheckRemote(const char* op, int peer, uint64_t addr, const void* local, size_t size) const;
   // The entry holding the range, held by *pin until the caller's transport
@@ -112,11 +126,15 @@ class WorldImpl final : private Session::Delegate {
   Status EnqueueNotification(int from, std::string data);
   NotifyQueue<Notification> notifications_;
 
-  void* barrier_block_ = nullptr;  // DisseminationBarrier::kBlockBytes at the heap's start
+  // DisseminationBarrier::kBlockBytes at the heap's start, then the
+  // collectives' scratch (2 * kScratchHalf).
+  void* barrier_block_ = nullptr;
   std::unique_ptr<DisseminationBarrier> barrier_;
   int host_ranks_ = 1;  // ranks on this host (same address towards rank 0's store), this one included
-  std::atomic<uint64_t> barrier_epoch_{0};  // of the store barrier
-  std::atomic<uint64_t> allgather_epoch_{0};
+  std::atomic<uint64_t> barrier_epoch_{0};    // of the store barrier
+  std::atomic<uint64_t> allgather_epoch_{0};  // of the store allgather
+  std::mutex collective_mu_;                  // one data-plane collective at a time
+  uint64_t collective_round_ = 0;             // data-plane rounds so far, under collective_mu_
   bool finalized_ = false;
 };
 

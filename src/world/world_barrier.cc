@@ -11,9 +11,10 @@
 namespace hixl::world {
 
 Status WorldImpl::AllocBarrierBlock() {
-  auto block = Alloc(DisseminationBarrier::kBlockBytes);
+  auto block = Alloc(DisseminationBarrier::kBlockBytes + 2 * kScratchHalf);
   if (!block.ok()) {
-    return Err(block.status().code(), "cannot allocate the barrier's flag block: {}", block.status().message());
+    return Err(block.status().code(), "cannot allocate the barrier's flag block and the collectives' scratch: {}",
+               block.status().message());
   }
   barrier_block_ = block.value();
   return Status::Ok();

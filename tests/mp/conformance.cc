@@ -359,44 +359,5 @@ TEST_P(Checked, BadAccessesFailAndWriteNothing) {
 
 INSTANTIATE_TEST_SUITE_P(Memory, Checked, testing::Values(Kind::kSymmetric, Kind::kRegistered), KindName);
 
-// Barrier is collective: nobody leaves before everyone has arrived.
-TEST(Collectives, BarrierWaitsForEveryone) {
-  const int n = Size(), me = Rank();
-  Remote counter(Kind::kSymmetric, sizeof(uint64_t) * static_cast<size_t>(n));
-  std::memset(counter.local(), 0, counter.bytes());
-  HIXL_ASSERT_OK(g_world->Barrier());
-  for (int round = 1; round <= 20; ++round) {
-    // Everyone writes `round` into its word on every rank, then barriers;
-    // after it every word everywhere must say `round`.
-    uint64_t v = static_cast<uint64_t>(round);
-    for (int to = 0; to < n; ++to) {
-      HIXL_ASSERT_OK(g_world->Put(to, &v, counter.base(to) + static_cast<uint64_t>(me) * 8, 8));
-    }
-    HIXL_ASSERT_OK(g_world->Barrier());
-    for (int r = 0; r < n; ++r) {
-      uint64_t got;
-      std::memcpy(&got, counter.local() + r * 8, 8);
-      ASSERT_EQ(got, v) << "rank " << r << " in round " << round;
-    }
-    HIXL_ASSERT_OK(g_world->Barrier());
-  }
-}
-
-TEST(Collectives, AllgatherOrdersByRank) {
-  const int n = Size(), me = Rank();
-  struct Item {
-    int32_t rank;
-    char text[28];
-  } mine{me, {}};
-  std::snprintf(mine.text, sizeof mine.text, "hello from %d", me);
-  std::vector<Item> all(static_cast<size_t>(n));
-  HIXL_ASSERT_OK(g_world->Allgather(&mine, all.data(), sizeof(Item)));
-  for (int r = 0; r < n; ++r) {
-    EXPECT_EQ(all[static_cast<size_t>(r)].rank, r);
-    EXPECT_EQ(std::string(all[static_cast<size_t>(r)].text), "hello from " + std::to_string(r));
-  }
-  HIXL_ASSERT_OK(g_world->Barrier());
-}
-
 }  // namespace
 }  // namespace hixl::test

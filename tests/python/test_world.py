@@ -45,6 +45,26 @@ def test_allgather_bytes(world):
     assert [int(np.frombuffer(g, dtype=np.int32)[0]) for g in got] == list(range(world.size))
 
 
+def test_broadcast_in_place(world):
+    # A tensor from each root in turn (torch.distributed.broadcast's shape),
+    # larger than one round of the scratch, so it goes in chunks.
+    for root in range(world.size):
+        t = torch.arange(50_000, dtype=torch.float32) * (root + 1) if world.rank == root else torch.zeros(50_000)
+        hixl.broadcast(t, root=root)
+        assert torch.equal(t, torch.arange(50_000, dtype=torch.float32) * (root + 1))
+    a = np.full(3, world.rank, dtype=np.int64)
+    hixl.broadcast(a)  # root defaults to 0
+    assert a.tolist() == [0, 0, 0]
+    b = bytearray(b"root") if world.rank == 0 else bytearray(4)
+    hixl.broadcast(b, 0)
+    assert bytes(b) == b"root"
+    with pytest.raises(hixl.InvalidRankError, match="root"):
+        hixl.broadcast(bytearray(1), root=world.size)
+    with pytest.raises(hixl.InvalidArgumentError, match="writable"):
+        hixl.broadcast(b"read-only")
+    hixl.barrier()
+
+
 def test_put_get_torch_tensors(world):
     inbox = torch.zeros(N)                                # peers put here
     outbox = torch.full((N,), float(world.rank + 1))     # peers get from here
