@@ -7,10 +7,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "transport/shm/proc_maps.h"
@@ -308,6 +310,46 @@ TEST(Promotion, FreedBeforeDeregistrationIsLeftAlone) {
     ::munmap(m, 2 * kPage);
   }
   EXPECT_FALSE(IsPromoted(U(m)));
+}
+
+// Another thread that writes the pages while they are being promoted loses
+// no write: its writes wait until the shared pages are in place (promotion
+// holds them with a userfaultfd write-protect while it copies).  Without
+// that, a write to a page already copied lands in the private page that the
+// shared one then replaces.
+TEST(Promotion, WritesByAnotherThreadDuringPromotionAreKept) {
+  constexpr size_t kPages = 16384;  // 64 MiB: the copy takes milliseconds
+  Anon m(kPages);
+  std::memset(m.p, 0, m.n);
+  std::vector<uint64_t> last(kPages, 0);  // the writer's own record of what it last wrote to each page
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> written{0};
+  std::thread writer([&] {
+    size_t page = 0;
+    for (uint64_t v = 1; !stop.load(std::memory_order_relaxed); ++v) {
+      page = (page + 4099) % kPages;  // hops across the whole range
+      __atomic_store_n(reinterpret_cast<uint64_t*>(m.p + page * kPage), v, __ATOMIC_RELAXED);
+      last[page] = v;
+      written.store(v, std::memory_order_relaxed);
+    }
+  });
+  while (written.load() < 100000) std::this_thread::yield();
+  const uint64_t before = written.load();
+  auto r = Promote(U(m.p), m.n);
+  const uint64_t during = written.load() - before;
+  // A few more writes into the shared pages, then stop.
+  while (written.load() < before + during + 1000) std::this_thread::yield();
+  stop = true;
+  writer.join();
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(MappedShared(U(m.p)));
+  size_t lost = 0;
+  for (size_t page = 0; page < kPages; ++page) {
+    if (__atomic_load_n(reinterpret_cast<uint64_t*>(m.p + page * kPage), __ATOMIC_RELAXED) != last[page]) ++lost;
+  }
+  EXPECT_EQ(lost, 0u) << "of " << kPages << " pages; the writer wrote " << during << " times during the promotion";
+  Unpromote(U(m.p), m.n);
+  EXPECT_FALSE(MappedShared(U(m.p)));
 }
 
 TEST(Promotion, ForkedChildGetsPrivateCopies) {

@@ -14,6 +14,7 @@
 #include "base/socket.h"
 #include "transport/shm/mapping.h"
 #include "transport/shm/proc_maps.h"
+#include "transport/shm/write_guard.h"
 
 namespace hixl::transport::shm {
 
@@ -139,6 +140,9 @@ Result<PromotedRange> Promote(uint64_t base, uint64_t len) {
     return Err(Errc::kNoMemory, "cannot size a memfd to {} bytes: {}", n, std::strerror(errno));
   }
   HIXL_RETURN_IF_ERROR(SealSize(fd.get()));
+  // Other threads' writes wait from here until the memfd is mapped (the
+  // guard's end of scope): none lands in a page already copied.
+  HIXL_ASSIGN_OR_RETURN(WriteGuard guard, WriteGuard::Hold(lo, hi));
   if (!WriteAll(fd.get(), reinterpret_cast<const void*>(lo), n)) {
     return Err(Errc::kNoMemory, "cannot fill a memfd of {} bytes: {}", n, std::strerror(errno));
   }

@@ -12,10 +12,12 @@
 // heap segments are (shm_server.h), under an id with kPromotedSegmentBit.
 //
 // The contract for the owner:
-// * No other thread may write the pages covering the range while it is
-//   being registered (as for a GPU registration): a write that lands
-//   between the copy and the remap is lost.  The owner's use of the memory
-//   before and after is unchanged.
+// * Other threads may go on using the pages while the range is being
+//   registered: their writes wait (a userfaultfd write-protect,
+//   write_guard.h) from the copy until the memfd is mapped, then land in
+//   it.  Where the kernel allows no such guard the range is not promoted
+//   (kUnsupported, saying why).  Device (DMA) writes are not held.  The
+//   owner's use of the memory before and after is unchanged.
 // * No other thread may use those pages while they are deregistered:
 //   Unpromote puts private anonymous memory back over them (mmap MAP_FIXED)
 //   and then copies their contents in, unless the owner has meanwhile
