@@ -75,6 +75,20 @@ def human_bytes(n):
     return f"{n:.1f} GB"
 
 
+def memcpy_rate(nbytes, reps=5):
+    """One core's memcpy (libc's, through ctypes) of nbytes between two
+    buffers already written: bytes per second, the median of reps."""
+    import ctypes
+    src = torch.ones(max(1, nbytes // 4))
+    dst = torch.zeros_like(src)
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        ctypes.memmove(dst.data_ptr(), src.data_ptr(), src.numel() * 4)
+        times.append(time.perf_counter() - t)
+    return src.numel() * 4 / sorted(times)[len(times) // 2]
+
+
 class MLP(torch.nn.Module):
     """64 -> hidden (ReLU) -> 10."""
 
@@ -302,12 +316,19 @@ def main():
               f"{1000 * (get_s + put_s - first_put_s) / args.steps:.1f} ms transfers, "
               f"{1000 * update_s / args.steps:.1f} ms update, "
               f"the rest waiting for the workers)", flush=True)
+        # The reference: one core's memcpy of one transfer's size, in this
+        # run (the workers are done, as they were idle during transfers).
+        ref = memcpy_rate(P * 4)
+        rate = moved / max(get_s + put_s, 1e-9)
+        print(f"[server] transfers at {human_bytes(rate)}/s are {rate / ref:.2f}x one core's memcpy of the same "
+              f"size measured now ({human_bytes(ref)}/s)", flush=True)
         if args.summary_json:
             with open(args.summary_json, "w") as f:
                 json.dump({"workers": n_workers, "params": P, "steps": args.steps, "losses": losses,
                            "test_accuracy": acc, "test_loss": test_loss, "bytes_get": get_bytes,
                            "bytes_put": put_bytes, "seconds_get": get_s, "seconds_put": put_s,
-                           "seconds_update": update_s, "seconds_wall": wall}, f)
+                           "seconds_update": update_s, "seconds_wall": wall,
+                           "memcpy_bytes_per_s": ref}, f)
     else:
         # ------------------------------------------------------------ worker
         me = rank - 1

@@ -56,8 +56,18 @@ int main() {
   if (hixl_init() != HIXL_SUCCESS) return Fail("hixl_init");
   if (hixl_world_size() != 2) return Fail("run with two ranks");
   const int me = hixl_rank();
-  uint16_t mine = me == 0 ? ControlPort() : 0, ports[2] = {0, 0};
-  if (hixl_allgather(&mine, ports, sizeof(mine)) != HIXL_SUCCESS) return Fail("hixl_allgather");
+  // The port goes through rank 0's store: an allgather too large for the
+  // collectives' scratch (64 KiB a round) takes that path.  A small one
+  // would put into rank 0's memory, and so open this rank's own control
+  // connection to rank 0, which the forger below must not find open (rank 0
+  // refuses a second live connection claiming the same rank).
+  constexpr size_t kPart = 40000;
+  std::string mine(kPart, '\0'), all(2 * kPart, '\0');
+  const uint16_t port = me == 0 ? ControlPort() : 0;
+  std::memcpy(mine.data(), &port, sizeof port);
+  if (hixl_allgather(mine.data(), all.data(), kPart) != HIXL_SUCCESS) return Fail("hixl_allgather");
+  uint16_t ports[2] = {0, 0};
+  std::memcpy(&ports[0], all.data(), sizeof port);
   if (ports[0] == 0) return Fail("rank 0 found no control port");
   if (me == 1) {
     // A rank of the job (it holds the job's secret) that sends more than any

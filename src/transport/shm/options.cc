@@ -14,7 +14,7 @@ constexpr Switch kCma = {"shm_cma", "HIXL_SHM_CMA",
 constexpr Switch kThp = {"shm_thp", "HIXL_SHM_THP", "advise transparent huge pages for large registered regions"};
 constexpr Switch kPromote = {"shm_promote", "HIXL_SHM_PROMOTE",
                              "registered private anonymous memory becomes shared memory that same-host peers map "
-                             "(default 0: they reach it by cross-memory attach)"};
+                             "(default 1; 0: they reach it by cross-memory attach)"};
 constexpr Switch kCopyThreads = {"copy_threads", "HIXL_COPY_THREADS",
                                  "threads that copy one large same-host transfer: auto (the default: the cores "
                                  "available divided by the ranks on the host, 1 to 4) or 1 to 64"};

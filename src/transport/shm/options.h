@@ -16,8 +16,7 @@ struct ShmOptions {
   // shm_promote / HIXL_SHM_PROMOTE: registered private anonymous memory made
   // shared memory that peers map (promotion.h); off: cross-memory attach,
   // for this process's memory and for peers' promoted memory alike.
-  // Off by default until the sanitizer suites have run with it on.
-  bool promote = false;
+  bool promote = true;
   // copy_threads / HIXL_COPY_THREADS (auto: copy::AutoThreads of the cores
   // and the host's ranks), copy_split_min / HIXL_COPY_SPLIT_MIN (testing):
   // how mapped copies and cross-memory attach are split (base/copy_pool.h).
