@@ -174,6 +174,12 @@ class Session final {
 
   // --- transports
   const std::vector<std::unique_ptr<transport::Transport>>& transports() const { return node_->transports(); }
+  // Transport::Poll on each: for waits that spin.  True if any found work.
+  bool PollTransports() const {
+    bool any = false;
+    for (const auto& t : transports()) any = t->Poll() || any;
+    return any;
+  }
   // What peers need to choose and connect a transport to this process.
   PublishedAddresses Addresses() const;
   // The transport for a peer that published `theirs`: the first, in order of

@@ -257,6 +257,13 @@ class Transport {
 
   // Stops background work; called once before destruction.
   virtual void Shutdown() = 0;
+
+  // Does on the calling thread, once, the work the transport's background
+  // thread would otherwise be woken for (messages from peers that have
+  // arrived); true if there was some.  Never blocks: where another thread
+  // holds that work, false at once.  For waits that spin: a message that
+  // arrives during the spin is served without waking a thread.
+  virtual bool Poll() { return false; }
 };
 
 // Every transport built into this library, in order of preference; one that

@@ -87,6 +87,7 @@ Status DisseminationBarrier::Wait(size_t round, int from, uint64_t epoch, Clock:
       }
       Relax(yield);
       if (yield || i % 16 == 0) {
+        if (opt_.poll) opt_.poll();
         const auto now = Clock::now();
         if (now >= until) break;
         yield = now >= pause_until;

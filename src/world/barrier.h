@@ -56,6 +56,9 @@ class DisseminationBarrier {
     std::chrono::milliseconds probe_every{50};
     // Sleep slice for a peer whose signal does not wake us.
     std::chrono::microseconds poll_slice{100};
+    // Called now and then while the wait spins (may be empty): serves the
+    // transports' incoming messages on the waiting thread (Transport::Poll).
+    std::function<void()> poll;
   };
   // Sets the flag word of `round` at `peer` to `epoch` (the word at
   // FlagOffset(round) of the peer's block), complete when it returns.

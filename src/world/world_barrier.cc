@@ -34,6 +34,7 @@ void WorldImpl::StartBarrier() {
   o.spin_ceiling_us = cfg_.barrier_spin_us;
   o.yield = host_ranks_ > ncpu;
   o.timeout_ms = cfg_.timeout_ms;
+  o.poll = [this] { (void)session_->PollTransports(); };
   barrier_ = std::make_unique<DisseminationBarrier>(
       o, static_cast<uint64_t*>(barrier_block_),
       [this](int to, size_t round, uint64_t epoch) { return SignalBarrier(to, round, epoch); },

@@ -59,9 +59,15 @@ Status WorldImpl::WaitUntil(const uint64_t* sig, int cmp, uint64_t value, int64_
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(limit);
   std::atomic_ref<const uint64_t> word(*sig);
   // Spin briefly: a signal that is about to arrive costs no system call.
+  // Meanwhile serve the transports' incoming messages here (UCX): the
+  // signal's message is then handled without waking the progress thread.
   for (int i = 0; i < 2000; ++i) {
     if (Compare(word.load(std::memory_order_acquire), cmp, value)) return Status::Ok();
-    __builtin_ia32_pause();
+    if (i % 16 == 0) {
+      session_->PollTransports();
+    } else {
+      __builtin_ia32_pause();
+    }
   }
   auto next_probe = std::chrono::steady_clock::now() + kProbeEvery;
   // Then sleep.  Writers wake the low half of the word (see WakeWaiters);

@@ -228,6 +228,8 @@ class UcxTransport final : public Transport {
     if (w_) w_->StopProgressThread();
   }
 
+  bool Poll() override { return w_ && w_->PollOnce(); }
+
  private:
   static bool Parse(std::string_view address, std::string* host, std::string* worker_address, uint16_t* port) {
     net::Reader r(address);

@@ -166,6 +166,16 @@ void Worker::Kick() {
   (void)n;
 }
 
+bool Worker::PollOnce() {
+  std::unique_lock lock(mu, std::try_to_lock);
+  if (!lock.owns_lock()) return false;
+  if (ucp_worker_progress(worker) == 0) return false;
+  if (waiters_ > 0 && completed.exchange(false, std::memory_order_relaxed)) progressed_.notify_all();
+  lock.unlock();
+  // Kick();  // the progress thread may have been armed for what this took
+  return true;
+}
+
 void Worker::Run() {
   bool warned = false;
   while (!stop_.load()) {

@@ -61,6 +61,9 @@ class Worker {
   // Wakes the progress thread: a caller that progressed the worker itself
   // may have taken events the thread was armed for.  Call without mu.
   void Kick();
+  // One round of progress on the calling thread unless another thread
+  // holds mu (Transport::Poll); true if it found work.  Call without mu.
+  bool PollOnce();
 
   // Progresses the worker until done() holds or the deadline passes (lock
   // holds mu); returns done().  While progress finds work, this thread does
@@ -70,11 +73,12 @@ class Worker {
   // progress thread after releasing the lock.
   template <typename Done>
   bool ProgressUntil(std::unique_lock<std::mutex>& lock, net::Deadline deadline, Done done) {
-    for (int idle = 0;;) {
-      if (ucp_worker_progress(worker) != 0) idle = 0;
+    for (auto last_work = net::Clock::now();;) {
+      const auto now = net::Clock::now();
+      if (ucp_worker_progress(worker) != 0) last_work = now;
       if (done()) return true;
-      if (net::Clock::now() >= deadline) return false;
-      if (++idle < kSpinsBeforeSleep) {
+      if (now >= deadline) return false;
+      if (now - last_work < kSpinBeforeSleep) {
         lock.unlock();  // let other threads start transfers meanwhile
         lock.lock();
         continue;
@@ -89,10 +93,12 @@ class Worker {
   }
 
  private:
-  // A wait progresses the worker itself this many times in a row without
-  // finding work before it sleeps until the progress thread completes a
-  // request, checking again at least every kWaitMs (a safety net only).
-  static constexpr int kSpinsBeforeSleep = 64;
+  // A wait progresses the worker itself for this long without finding work
+  // (about a round trip over TCP and a half) before it sleeps until the
+  // progress thread completes a request, checking again at least every
+  // kWaitMs (a safety net only).  Waking from that sleep costs more than a
+  // round trip: a shorter spin doubled a remote fetch_add's latency.
+  static constexpr std::chrono::microseconds kSpinBeforeSleep{50};
   static constexpr int kWaitMs = 10;
 
   void Run();
