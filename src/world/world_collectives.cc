@@ -40,6 +40,18 @@ struct Header {
   uint64_t total;  // allgather: bytes per rank; broadcast: the whole size
 };
 
+// A slot: the header, then len bytes of data.
+void WriteSlot(char* slot, const Header& h, const void* data, size_t len) {
+  std::memcpy(slot, &h, sizeof h);
+  std::memcpy(slot + kHeader, data, len);
+}
+
+// Whether the slot's header is `want`; *got is what it holds.
+bool HeaderIs(const char* slot, const Header& want, Header* got) {
+  std::memcpy(got, slot, sizeof *got);
+  return got->tag == want.tag && got->total == want.total;
+}
+
 }  // namespace
 
 char* WorldImpl::ScratchHalf(uint64_t round) const {
@@ -78,15 +90,12 @@ Status WorldImpl::Allgather(const void* send, void* recv, size_t bytes_per_rank)
   char* half = ScratchHalf(round);
   char* mine = half + static_cast<size_t>(rank()) * stride;
   const Header h{Tag(round, bytes_per_rank), bytes_per_rank};
-  std::memcpy(mine, &h, sizeof h);
-  std::memcpy(mine + kHeader, send, bytes_per_rank);
+  WriteSlot(mine, h, send, bytes_per_rank);
   HIXL_RETURN_IF_ERROR(ScratchRound("hixl_allgather", mine, kHeader + bytes_per_rank, true));
   auto* out = static_cast<char*>(recv);
   for (int r = 0; r < size(); ++r) {
-    const char* slot = half + static_cast<size_t>(r) * stride;
     Header got;
-    std::memcpy(&got, slot, sizeof got);
-    if (got.tag != h.tag || got.total != h.total) {
+    if (!HeaderIs(half + static_cast<size_t>(r) * stride, h, &got)) {
       return Err(Errc::kInvalidArg,
                  "hixl_allgather: rank {}'s part does not match this rank's call ({} bytes per rank): every rank "
                  "must call the same collectives in the same order with the same bytes_per_rank",
@@ -116,15 +125,11 @@ Status WorldImpl::Broadcast(int root, void* buf, size_t bytes) {
     const uint64_t round = collective_round_++;
     char* slot = ScratchHalf(round);
     const Header h{Tag(round, len), bytes};
-    if (rank() == root) {
-      std::memcpy(slot, &h, sizeof h);
-      std::memcpy(slot + kHeader, data + done, len);
-    }
+    if (rank() == root) WriteSlot(slot, h, data + done, len);
     HIXL_RETURN_IF_ERROR(ScratchRound("hixl_broadcast", slot, kHeader + len, rank() == root));
     if (rank() != root) {
       Header got;
-      std::memcpy(&got, slot, sizeof got);
-      if (got.tag != h.tag || got.total != h.total) {
+      if (!HeaderIs(slot, h, &got)) {
         return Err(Errc::kInvalidArg,
                    "hixl_broadcast: root {}'s data does not match this rank's call ({} bytes){}: every rank must "
                    "call the same collectives in the same order, with the same root and size",
