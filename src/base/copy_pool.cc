@@ -91,7 +91,8 @@ int LocalRanks(const EnvLookUp& env) {
 }
 
 int AutoThreads(int cores, int local_ranks) {
-  return std::clamp(std::max(cores, 1) / std::max(local_ranks, 1), 1, kAutoMaxThreads);
+  cores = std::max(cores, 1);
+  return std::clamp(std::max(cores / std::max(local_ranks, 1), std::min(cores, 2)), 1, kAutoMaxThreads);
 }
 
 Result<int> ParseThreads(std::string_view shown, std::string_view text, int auto_threads) {

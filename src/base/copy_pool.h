@@ -61,7 +61,11 @@ using EnvLookUp = std::function<std::optional<std::string>(const char*)>;
 int LocalRanks(const EnvLookUp& env);
 EnvLookUp ProcessEnvLookUp();
 
-// "auto": the cores divided among the ranks of the host, 1 to kAutoMaxThreads.
+// "auto": the cores divided among the ranks of the host, but 2 wherever
+// there are two cores, at most kAutoMaxThreads.  A second thread costs
+// little where the other core is busy (the caller claims the parts its
+// workers do not get to) and doubles a lone sender's copy where it is idle
+// (docs/perf.md, "Copy threads").
 int AutoThreads(int cores, int local_ranks);
 
 // A HIXL_COPY_THREADS value: "auto" (auto_threads) or 1..kMaxThreads; else

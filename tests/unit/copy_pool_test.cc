@@ -85,10 +85,13 @@ TEST(CopySplit, ATestThresholdMakesSmallerParts) {
   EXPECT_EQ(b.size(), 5U);  // 64 KiB / 16 KiB
 }
 
-TEST(CopySettings, AutoDividesTheCoresAmongTheHostsRanks) {
-  EXPECT_EQ(AutoThreads(2, 2), 1);
+TEST(CopySettings, AutoDividesTheCoresAmongTheHostsRanksButTakesTwoWhereThereAreTwo) {
+  EXPECT_EQ(AutoThreads(2, 2), 2);  // two wherever there are two cores
+  EXPECT_EQ(AutoThreads(2, 4), 2);
   EXPECT_EQ(AutoThreads(2, 1), 2);
   EXPECT_EQ(AutoThreads(16, 1), kAutoMaxThreads);
+  EXPECT_EQ(AutoThreads(16, 8), 2);
+  EXPECT_EQ(AutoThreads(12, 4), 3);
   EXPECT_EQ(AutoThreads(8, 3), 2);
   EXPECT_EQ(AutoThreads(1, 8), 1);
   EXPECT_EQ(AutoThreads(0, 0), 1);
