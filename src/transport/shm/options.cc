@@ -15,9 +15,10 @@ constexpr Switch kThp = {"shm_thp", "HIXL_SHM_THP", "advise transparent huge pag
 constexpr Switch kPromote = {"shm_promote", "HIXL_SHM_PROMOTE",
                              "registered private anonymous memory becomes shared memory that same-host peers map "
                              "(default 1; 0: they reach it by cross-memory attach)"};
-constexpr Switch kCopyThreads = {"copy_threads", "HIXL_COPY_THREADS",
-                                 "threads that copy one large same-host transfer: auto (the default: the cores "
-                                 "available divided by the ranks on the host, but 2 wherever there are 2 cores, at most 4) or 1 to 64"};
+constexpr Switch kCopyThreads = {
+    "copy_threads", "HIXL_COPY_THREADS",
+    "threads that copy one large same-host transfer: auto (the default: the cores "
+    "available divided by the ranks on the host, but 2 wherever there are 2 cores, at most 4) or 1 to 64"};
 constexpr Switch kCopySplitMin = {"copy_split_min", "HIXL_COPY_SPLIT_MIN",
                                   "testing: bytes from which a same-host transfer is split across the copy "
                                   "threads (default 4 MiB)"};
