@@ -6,8 +6,9 @@
 // Every rank: times hixl_init; runs --barriers barriers, timing each; puts
 // 8 bytes into every other rank's symmetric block (the first touch of every
 // peer), fences and barriers, timing that; verifies what it received; times
-// hixl_finalize.  Rank 0 prints one JSON line: the slowest rank's init,
-// first all-to-all and finalize, the median barrier over all ranks, and the
+// hixl_finalize; then as many 8-byte allgathers as barriers, timing each.
+// Rank 0 prints one JSON line: the slowest rank's init, first all-to-all
+// and finalize, the median barrier and allgather over all ranks, and the
 // median rank's resident memory and descriptors added per peer by the first
 // touch.
 #include <dirent.h>
@@ -116,8 +117,21 @@ int main(int argc, char** argv) {
     }
   }
 
-  double mine_stats[5] = {init_s, barrier_s, alltoall_s, peer_kib, peer_fds};
-  constexpr size_t kStats = 5;
+  // 8-byte allgathers, as many as the barriers, every peer touched already.
+  std::vector<uint64_t> gathered(static_cast<size_t>(n));
+  times.clear();
+  for (int i = 0; i < barriers; ++i) {
+    const auto t = Clock::now();
+    if (hixl_allgather(&mine, gathered.data(), sizeof(mine)) != 0) Fail("hixl_allgather");
+    times.push_back(Since(t));
+  }
+  const double allgather_s = Median(times);
+  for (int r = 0; r < n; ++r) {
+    if (gathered[static_cast<size_t>(r)] != 0x5ca1e00000000000ULL + static_cast<uint64_t>(r)) Fail("allgather data");
+  }
+
+  double mine_stats[6] = {init_s, barrier_s, alltoall_s, peer_kib, peer_fds, allgather_s};
+  constexpr size_t kStats = 6;
   std::vector<double> all(static_cast<size_t>(n) * kStats);
   if (hixl_allgather(mine_stats, all.data(), sizeof(mine_stats)) != 0) Fail("hixl_allgather");
   if (hixl_free(block) != 0) Fail("hixl_free");
@@ -126,7 +140,7 @@ int main(int argc, char** argv) {
   const double finalize_s = Since(t2);
   if (me == 0) {
     double init_max = 0, alltoall_max = 0;
-    std::vector<double> bars, kib, fds;
+    std::vector<double> bars, kib, fds, gathers;
     for (int r = 0; r < n; ++r) {
       const double* st = &all[static_cast<size_t>(r) * kStats];
       init_max = std::max(init_max, st[0]);
@@ -134,11 +148,13 @@ int main(int argc, char** argv) {
       alltoall_max = std::max(alltoall_max, st[2]);
       kib.push_back(st[3]);
       fds.push_back(st[4]);
+      gathers.push_back(st[5]);
     }
     std::printf(
         "{\"lib\": \"hixl\", \"ranks\": %d, \"init_s\": %.6f, \"barrier_us\": %.3f, \"first_alltoall_ms\": %.4f, "
-        "\"finalize_rank0_s\": %.6f, \"peer_state_kib\": %.1f, \"peer_fds\": %.2f}\n",
-        n, init_max, Median(bars) * 1e6, alltoall_max * 1e3, finalize_s, Median(kib), Median(fds));
+        "\"finalize_rank0_s\": %.6f, \"peer_state_kib\": %.1f, \"peer_fds\": %.2f, \"allgather_us\": %.3f}\n",
+        n, init_max, Median(bars) * 1e6, alltoall_max * 1e3, finalize_s, Median(kib), Median(fds),
+        Median(gathers) * 1e6);
   }
   return 0;
 }

@@ -76,25 +76,37 @@ int main(int argc, char** argv) {
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
 
-  double mine_stats[3] = {init_s, barrier_s, alltoall_s};
-  std::vector<double> all(static_cast<size_t>(n) * 3);
-  MPI_Gather(mine_stats, 3, MPI_DOUBLE, all.data(), 3, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  std::vector<uint64_t> gathered(static_cast<size_t>(n));
+  times.clear();
+  for (int i = 0; i < barriers; ++i) {
+    const auto t = Clock::now();
+    MPI_Allgather(&mine, 1, MPI_UINT64_T, gathered.data(), 1, MPI_UINT64_T, MPI_COMM_WORLD);
+    times.push_back(Since(t));
+  }
+  const double allgather_s = Median(times);
+
+  constexpr int kStats = 4;
+  double mine_stats[kStats] = {init_s, barrier_s, alltoall_s, allgather_s};
+  std::vector<double> all(static_cast<size_t>(n) * kStats);
+  MPI_Gather(mine_stats, kStats, MPI_DOUBLE, all.data(), kStats, MPI_DOUBLE, 0, MPI_COMM_WORLD);
   MPI_Win_free(&win);
   const auto t2 = Clock::now();
   MPI_Finalize();
   const double finalize_s = Since(t2);
   if (me == 0) {
     double init_max = 0, alltoall_max = 0;
-    std::vector<double> bars;
+    std::vector<double> bars, gathers;
     for (int r = 0; r < n; ++r) {
-      init_max = std::max(init_max, all[static_cast<size_t>(r) * 3]);
-      bars.push_back(all[static_cast<size_t>(r) * 3 + 1]);
-      alltoall_max = std::max(alltoall_max, all[static_cast<size_t>(r) * 3 + 2]);
+      const double* st = &all[static_cast<size_t>(r) * kStats];
+      init_max = std::max(init_max, st[0]);
+      bars.push_back(st[1]);
+      alltoall_max = std::max(alltoall_max, st[2]);
+      gathers.push_back(st[3]);
     }
     std::printf(
         "{\"lib\": \"mpi\", \"ranks\": %d, \"init_s\": %.6f, \"barrier_us\": %.3f, \"first_alltoall_ms\": %.4f, "
-        "\"finalize_rank0_s\": %.6f}\n",
-        n, init_max, Median(bars) * 1e6, alltoall_max * 1e3, finalize_s);
+        "\"finalize_rank0_s\": %.6f, \"allgather_us\": %.3f}\n",
+        n, init_max, Median(bars) * 1e6, alltoall_max * 1e3, finalize_s, Median(gathers) * 1e6);
   }
   return 0;
 }
