@@ -28,8 +28,6 @@ namespace hixl::world {
 
 namespace {
 
-constexpr size_t kHeader = 16;
-
 size_t Round8(size_t n) { return (n + 7) & ~size_t{7}; }
 
 // The header's first word: the round and this slot's length.
@@ -39,6 +37,7 @@ struct Header {
   uint64_t tag;
   uint64_t total;  // allgather: bytes per rank; broadcast: the whole size
 };
+constexpr size_t kHeader = sizeof(Header);
 
 // A slot: the header, then len bytes of data.
 void WriteSlot(char* slot, const Header& h, const void* data, size_t len) {

@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -757,30 +758,6 @@ TEST(ShmKeys, AKeyClaimingMoreThanItsSegmentIsRefused) {
 }
 
 #ifdef HIXL_TEST_HAVE_UCX
-// Writes all of data to fd, or fails the test.
-void WriteAll(int fd, const void* data, size_t n) {
-  const auto* p = static_cast<const uint8_t*>(data);
-  while (n > 0) {
-    ssize_t w = ::write(fd, p, n);
-    if (w < 0 && errno == EINTR) continue;
-    ASSERT_GT(w, 0);
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-}
-
-bool ReadAll(int fd, void* data, size_t n) {
-  auto* p = static_cast<uint8_t*>(data);
-  while (n > 0) {
-    ssize_t r = ::read(fd, p, n);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return false;
-    p += r;
-    n -= static_cast<size_t>(r);
-  }
-  return true;
-}
-
 // An atomic to a peer that stops answering and then dies fails with an error
 // naming the peer, within the timeout; what the call left with UCX is freed
 // by the time the transport is gone, although UCX never completes the
@@ -788,14 +765,12 @@ bool ReadAll(int fd, void* data, size_t n) {
 // atomic to it was in flight).
 TEST(UcxAtomics, AnAtomicToAPeerThatStopsAndDiesFailsAndLeavesNothingBehind) {
   const int64_t before = ucx::LiveAtomicCalls();
-  int to_parent[2], to_child[2];
-  ASSERT_EQ(::pipe2(to_parent, O_CLOEXEC), 0);
-  ASSERT_EQ(::pipe2(to_child, O_CLOEXEC), 0);
+  int sv[2];  // sv[0] the parent's end, sv[1] the child's
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
   const pid_t child = ::fork();
   ASSERT_GE(child, 0);
   if (child == 0) {  // the peer: registers a word, tells the parent how to reach it, waits to be killed
-    ::close(to_parent[0]);
-    ::close(to_child[1]);
+    ::close(sv[0]);
     TestHost h1(1);
     Options options;
     options.only = "ucx";
@@ -809,31 +784,34 @@ TEST(UcxAtomics, AnAtomicToAPeerThatStopsAndDiesFailsAndLeavesNothingBehind) {
     net::Writer w;
     w.Put<uint64_t>(m.addr()).PutBytes(address).PutBytes(blob.value());
     const uint64_t n = w.str().size();
-    WriteAll(to_parent[1], &n, sizeof(n));
-    WriteAll(to_parent[1], w.str().data(), n);
+    const net::Deadline deadline = net::DeadlineIn(60000);
+    if (!net::SendAll(sv[1], &n, sizeof(n), deadline).ok() || !net::SendAll(sv[1], w.str().data(), n, deadline).ok()) {
+      ::_exit(4);
+    }
     char c;
-    (void)ReadAll(to_child[0], &c, 1);  // the parent kills it first
+    (void)net::RecvAll(sv[1], &c, 1, deadline);  // the parent kills it first
     ::_exit(0);
   }
-  ::close(to_parent[1]);
-  ::close(to_child[0]);
+  ::close(sv[1]);
   struct Reap {
     pid_t pid;
-    int fds[2];
+    int fd;
     ~Reap() {
       if (pid > 0) {
         ::kill(pid, SIGKILL);
         ::waitpid(pid, nullptr, 0);
       }
-      ::close(fds[0]);
-      ::close(fds[1]);
+      ::close(fd);
     }
-  } reap{child, {to_parent[0], to_child[1]}};
+  } reap{child, sv[0]};
+  const net::Deadline deadline = net::DeadlineIn(60000);
   uint64_t n = 0;
-  ASSERT_TRUE(ReadAll(to_parent[0], &n, sizeof(n)));
+  Status got = net::RecvAll(sv[0], &n, sizeof(n), deadline);
+  ASSERT_TRUE(got.ok()) << got.message();
   ASSERT_LT(n, uint64_t{1} << 20);
   std::string msg(n, '\0');
-  ASSERT_TRUE(ReadAll(to_parent[0], msg.data(), n));
+  got = net::RecvAll(sv[0], msg.data(), n, deadline);
+  ASSERT_TRUE(got.ok()) << got.message();
   net::Reader r(msg);
   uint64_t addr = 0;
   std::string address, blob;

@@ -10,6 +10,8 @@
 
 #include <cstring>
 
+#include "base/log.h"
+
 namespace hixl::transport::shm {
 
 namespace {
@@ -26,11 +28,16 @@ namespace {
 
 // A userfaultfd with write-protect faults: one that handles kernel-mode
 // faults too where the process may, else user-mode faults only.
-Result<net::Fd> OpenUffd(uint64_t features, bool* kernel) {
+Result<net::Fd> OpenUffd(uint64_t features) {
   int fd = static_cast<int>(::syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK));
-  *kernel = fd >= 0;
-  if (fd < 0 && errno == EPERM)
+  if (fd < 0 && errno == EPERM) {
     fd = static_cast<int>(::syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK | UFFD_USER_MODE_ONLY));
+    if (fd >= 0) {
+      HIXL_LOG_DEBUG(
+          "shm: userfaultfd for user-mode faults only: a system call that writes into memory being "
+          "registered fails with EFAULT during the copy");
+    }
+  }
   if (fd < 0)
     return Err(Errc::kUnsupported, "no userfaultfd to hold other threads' writes during the copy: {}",
                std::strerror(errno));
@@ -52,12 +59,11 @@ Result<WriteGuard> WriteGuard::Hold(uint64_t lo, uint64_t hi, bool unpopulated) 
   // Pages never touched have no page table entry to protect: Linux 6.4 and
   // later protect them too (WP_UNPOPULATED); before, they are populated
   // first (reads map the zero page, which the protection then covers).
-  bool kernel = false;
-  Result<net::Fd> fd = Err(Errc::kUnsupported, "not tried");
-  if (unpopulated) fd = OpenUffd(UFFD_FEATURE_PAGEFAULT_FLAG_WP | UFFD_FEATURE_WP_UNPOPULATED, &kernel);
-  if (!fd.ok()) {
+  Result<net::Fd> fd =
+      OpenUffd(UFFD_FEATURE_PAGEFAULT_FLAG_WP | (unpopulated ? UFFD_FEATURE_WP_UNPOPULATED : uint64_t{0}));
+  if (!fd.ok() && unpopulated) {
     unpopulated = false;
-    fd = OpenUffd(UFFD_FEATURE_PAGEFAULT_FLAG_WP, &kernel);
+    fd = OpenUffd(UFFD_FEATURE_PAGEFAULT_FLAG_WP);
   }
   if (!fd.ok()) return fd.status();
   const int raw = fd.value().get();
@@ -81,7 +87,7 @@ Result<WriteGuard> WriteGuard::Hold(uint64_t lo, uint64_t hi, bool unpopulated) 
     // Closing the userfaultfd (fd's destructor) unregisters the range.
     return Err(Errc::kUnsupported, "cannot write-protect the range with a userfaultfd: {}", std::strerror(errno));
   }
-  return WriteGuard(std::move(fd.value()), kernel);
+  return WriteGuard(std::move(fd.value()));
 }
 
 }  // namespace hixl::transport::shm

@@ -40,13 +40,9 @@ class WriteGuard {
   // Releases the writers (closes the userfaultfd).
   ~WriteGuard() = default;
 
-  // Whether writes from system calls are held too (see above).
-  bool holds_kernel_writes() const { return kernel_; }
-
  private:
-  WriteGuard(net::Fd fd, bool kernel) : fd_(std::move(fd)), kernel_(kernel) {}
+  explicit WriteGuard(net::Fd fd) : fd_(std::move(fd)) {}
   net::Fd fd_;
-  bool kernel_ = false;
 };
 
 }  // namespace hixl::transport::shm
