@@ -5,10 +5,12 @@
 //
 // Every rank: times hixl_init; runs --barriers barriers, timing each; puts
 // 8 bytes into every other rank's symmetric block (the first touch of every
-// peer), fences and barriers, timing that; verifies what it received; times
-// hixl_finalize; then as many 8-byte allgathers as barriers, timing each.
-// Rank 0 prints one JSON line: the slowest rank's init, first all-to-all
-// and finalize, the median barrier and allgather over all ranks, and the
+// peer), fences and barriers, timing that; verifies what it received; the
+// same all-to-all again (every peer touched); as many 8-byte allgathers as
+// barriers, timing each; times hixl_free of the block (every peer is told)
+// and hixl_finalize.  Rank 0 prints one JSON line: the slowest rank's init,
+// first and second all-to-all, free and (rank 0's) finalize, the median
+// barrier and allgather over all ranks, and the
 // median rank's resident memory and descriptors added per peer by the first
 // touch.
 #include <dirent.h>
@@ -98,15 +100,19 @@ int main(int argc, char** argv) {
   // The first touch of every peer: each rank's 8 bytes land in slot `me` of
   // every other rank's block.
   const uint64_t mine = 0x5ca1e00000000000ULL + static_cast<uint64_t>(me);
+  // Puts to every peer, fence, barrier: its seconds.
+  auto alltoall = [&] {
+    const auto t = Clock::now();
+    for (int k = 1; k < n; ++k) {
+      const int peer = (me + k) % n;
+      if (hixl_put(peer, &mine, reinterpret_cast<uint64_t>(block + me), sizeof(mine)) != 0) Fail("hixl_put");
+    }
+    if (hixl_fence() != 0) Fail("hixl_fence");
+    if (hixl_barrier() != 0) Fail("hixl_barrier");
+    return Since(t);
+  };
   const long rss0 = RssKib(), fds0 = OpenFds();
-  const auto t1 = Clock::now();
-  for (int k = 1; k < n; ++k) {
-    const int peer = (me + k) % n;
-    if (hixl_put(peer, &mine, reinterpret_cast<uint64_t>(block + me), sizeof(mine)) != 0) Fail("hixl_put");
-  }
-  if (hixl_fence() != 0) Fail("hixl_fence");
-  if (hixl_barrier() != 0) Fail("hixl_barrier");
-  const double alltoall_s = Since(t1);
+  const double alltoall_s = alltoall();
   const double peer_kib = n > 1 ? static_cast<double>(RssKib() - rss0) / (n - 1) : 0;
   const double peer_fds = n > 1 ? static_cast<double>(OpenFds() - fds0) / (n - 1) : 0;
   for (int r = 0; r < n; ++r) {
@@ -116,6 +122,9 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
+
+  // The same again, every peer touched: what the first touch added.
+  const double again_s = alltoall();
 
   // 8-byte allgathers, as many as the barriers, every peer touched already.
   std::vector<uint64_t> gathered(static_cast<size_t>(n));
@@ -130,16 +139,20 @@ int main(int argc, char** argv) {
     if (gathered[static_cast<size_t>(r)] != 0x5ca1e00000000000ULL + static_cast<uint64_t>(r)) Fail("allgather data");
   }
 
-  double mine_stats[6] = {init_s, barrier_s, alltoall_s, peer_kib, peer_fds, allgather_s};
-  constexpr size_t kStats = 6;
+  // Freeing the block every peer touched: each hears of it, and answers.
+  const auto t4 = Clock::now();
+  if (hixl_free(block) != 0) Fail("hixl_free");
+  const double free_s = Since(t4);
+
+  double mine_stats[8] = {init_s, barrier_s, alltoall_s, peer_kib, peer_fds, allgather_s, again_s, free_s};
+  constexpr size_t kStats = 8;
   std::vector<double> all(static_cast<size_t>(n) * kStats);
   if (hixl_allgather(mine_stats, all.data(), sizeof(mine_stats)) != 0) Fail("hixl_allgather");
-  if (hixl_free(block) != 0) Fail("hixl_free");
   const auto t2 = Clock::now();
   if (hixl_finalize() != 0) Fail("hixl_finalize");
   const double finalize_s = Since(t2);
   if (me == 0) {
-    double init_max = 0, alltoall_max = 0;
+    double init_max = 0, alltoall_max = 0, again_max = 0, free_max = 0;
     std::vector<double> bars, kib, fds, gathers;
     for (int r = 0; r < n; ++r) {
       const double* st = &all[static_cast<size_t>(r) * kStats];
@@ -149,12 +162,15 @@ int main(int argc, char** argv) {
       kib.push_back(st[3]);
       fds.push_back(st[4]);
       gathers.push_back(st[5]);
+      again_max = std::max(again_max, st[6]);
+      free_max = std::max(free_max, st[7]);
     }
     std::printf(
         "{\"lib\": \"hixl\", \"ranks\": %d, \"init_s\": %.6f, \"barrier_us\": %.3f, \"first_alltoall_ms\": %.4f, "
-        "\"finalize_rank0_s\": %.6f, \"peer_state_kib\": %.1f, \"peer_fds\": %.2f, \"allgather_us\": %.3f}\n",
+        "\"finalize_rank0_s\": %.6f, \"peer_state_kib\": %.1f, \"peer_fds\": %.2f, \"allgather_us\": %.3f, "
+        "\"second_alltoall_ms\": %.4f, \"free_ms\": %.4f}\n",
         n, init_max, Median(bars) * 1e6, alltoall_max * 1e3, finalize_s, Median(kib), Median(fds),
-        Median(gathers) * 1e6);
+        Median(gathers) * 1e6, again_max * 1e3, free_max * 1e3);
   }
   return 0;
 }

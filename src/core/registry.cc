@@ -178,14 +178,17 @@ bool PeerTable::Install(uint64_t generation, std::vector<Entry> entries) {
 }
 
 void PeerTable::Invalidate(uint64_t generation, uint64_t base, uint64_t len) {
+  Retain(generation, [&](const Entry& e) { return !(e.base < base + len && base < e.base + e.len); });
+}
+
+void PeerTable::Retain(uint64_t generation, const std::function<bool(const Entry&)>& keep) {
   std::lock_guard lock(mu_);
   known_generation_ = std::max(known_generation_, generation);
   const Snapshot* cur = current_.load(std::memory_order_relaxed);
   auto s = std::make_unique<Snapshot>();
   s->generation = std::max(cur->generation, generation);
   for (const Entry& e : cur->entries) {
-    bool overlaps = e.base < base + len && base < e.base + e.len;
-    if (!overlaps) s->entries.push_back(e);
+    if (keep(e)) s->entries.push_back(e);
   }
   current_.store(s.get(), std::memory_order_release);
   snapshots_.push_back(std::move(s));
@@ -271,15 +274,17 @@ Status RefreshPeerTable(PeerTable& table, transport::Transport& t, int peer, con
     std::vector<PeerTable::Entry> entries;
     entries.reserve(fetched.regions.size());
     for (const RegionRecord& r : fetched.regions) {
-      // Keep keys already unpacked for regions we know.
-      if (const PeerTable::Entry* old = table.Find(r.base, r.len); old && old->base == r.base && old->len == r.len) {
+      auto k = r.keys.find(tname);
+      if (k == r.keys.end()) continue;  // not reachable with our transport
+      // Keep keys already unpacked for regions we know (the same range, the
+      // same key).
+      if (const PeerTable::Entry* old = table.Find(r.base, r.len);
+          old && old->base == r.base && old->len == r.len && old->blob == k->second) {
         entries.push_back(*old);
         continue;
       }
-      auto k = r.keys.find(tname);
-      if (k == r.keys.end()) continue;  // not reachable with our transport
       HIXL_ASSIGN_OR_RETURN(auto key, t.UnpackKey(peer, r.base, r.len, k->second));
-      entries.push_back({r.base, r.len, std::move(key)});
+      entries.push_back({r.base, r.len, std::move(key), k->second});
     }
     if (table.Install(fetched.generation, std::move(entries))) return Status::Ok();
   }

@@ -133,6 +133,7 @@ class PeerTable {
     uint64_t base;
     uint64_t len;
     std::shared_ptr<transport::RemoteKey> key;
+    std::string blob;  // the key blob it was unpacked from (a region added again with another key is another region)
   };
   struct Snapshot {
     uint64_t generation = 0;
@@ -156,6 +157,9 @@ class PeerTable {
   bool Install(uint64_t generation, std::vector<Entry> entries);
   // The owner removed the regions overlapping [base, base+len) at `generation`.
   void Invalidate(uint64_t generation, uint64_t base, uint64_t len);
+  // The owner's table at `generation` keeps only the entries `keep` says it
+  // still holds: the others are removed, as by Invalidate.
+  void Retain(uint64_t generation, const std::function<bool(const Entry&)>& keep);
   // Forgets every region and refuses to install tables from now on (the
   // connection is going).
   void Close();

@@ -1,9 +1,13 @@
 #include "core/session.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <set>
 #include <thread>
+#include <tuple>
 #include <utility>
 
 #include "base/log.h"
@@ -21,12 +25,78 @@ Status PeerSession::Refresh(int64_t timeout_ms) {
   std::lock_guard lock(refresh_mu_);
   return RefreshPeerTable(table_, *transport_, id_, who_, [&]() -> Result<RegionTable> {
     if (self_) return self_->Table();
-    auto bytes = Call(ControlMsg::kFetchTable, {}, timeout_ms);
-    if (!bytes.ok()) {
-      return Err(bytes.status().code(), "fetching the region table of {}: {}", who_, bytes.status().message());
-    }
-    return RegionTable::Parse(bytes.value());
+    return FetchTable(timeout_ms);
   });
+}
+
+Result<RegionTable> PeerSession::FetchTable(int64_t timeout_ms) {
+  if (board_) {
+    // Subscribed before the read: the owner then tells us of every removal
+    // it publishes after our bit was set.
+    board_->Subscribe(board_self_id_);
+    Result<std::string> bytes = board_->Read();
+    if (bytes.ok()) {
+      Result<RegionTable> t = RegionTable::Parse(bytes.value());
+      if (t.ok()) return t;
+      HIXL_LOG_WARN("the table board of {} holds a malformed table ({}); asking over the control connection", who_,
+                    t.status().message());
+    } else {
+      HIXL_LOG_DEBUG("{}; asking over the control connection", bytes.status().message());
+    }
+  }
+  auto bytes = Call(ControlMsg::kFetchTable, {}, timeout_ms);
+  if (!bytes.ok()) {
+    return Err(bytes.status().code(), "fetching the region table of {}: {}", who_, bytes.status().message());
+  }
+  return RegionTable::Parse(bytes.value());
+}
+
+Status PeerSession::AcknowledgeRemovals(int self_id, int64_t timeout_ms) {
+  if (!board_) return Status::Ok();
+  const BoardReader::Removal r = board_->LatestRemoval();
+  // The peer published its table before it rang: what our copy holds and
+  // that table does not (the same range with the same key) is what it
+  // removed.  Regions it still has stay, so no lookup of another thread
+  // misses one of them meanwhile.
+  Result<RegionTable> now = [&] {
+    std::lock_guard lock(refresh_mu_);
+    return FetchTable(timeout_ms);
+  }();
+  if (now.ok()) {
+    const std::string tname(transport_->name());
+    std::set<std::tuple<uint64_t, uint64_t, std::string_view>> held;
+    for (const RegionRecord& rr : now->regions) {
+      auto k = rr.keys.find(tname);
+      if (k != rr.keys.end()) held.emplace(rr.base, rr.len, k->second);
+    }
+    table_.Retain(std::max(now->generation, r.generation), [&](const PeerTable::Entry& e) {
+      return held.count({e.base, e.len, std::string_view(e.blob)}) != 0;
+    });
+  } else {
+    HIXL_LOG_DEBUG("dropping every region of {} from our copy ({})", who_, now.status().message());
+    table_.Invalidate(r.generation, 0, UINT64_MAX);
+  }
+  HIXL_RETURN_IF_ERROR(Quiesce(timeout_ms));
+  board_->Ack(self_id, r.number);
+  return Status::Ok();
+}
+
+void PeerSession::Warm() {
+  std::lock_guard lock(refresh_mu_);
+  if (!board_) return;
+  Result<std::string> bytes = board_->Read();
+  Result<RegionTable> t = bytes.ok() ? RegionTable::Parse(bytes.value()) : Result<RegionTable>(bytes.status());
+  if (!t.ok()) {
+    HIXL_LOG_DEBUG("not preparing {} ahead: {}", who_, t.status().message());
+    return;
+  }
+  const std::string tname(transport_->name());
+  for (const RegionRecord& r : t->regions) {
+    auto k = r.keys.find(tname);
+    if (k == r.keys.end()) continue;
+    auto key = transport_->UnpackKey(id_, r.base, r.len, k->second);
+    if (!key.ok()) HIXL_LOG_DEBUG("not preparing {} ahead: {}", who_, key.status().message());
+  }
 }
 
 Result<const PeerTable::Entry*> PeerSession::FindAfterRefresh(uint64_t addr, uint64_t len, int64_t timeout_ms,
@@ -129,6 +199,11 @@ Session::~Session() {
 void Session::Shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
+  if (rings_.joinable()) {
+    stop_rings_.store(true, std::memory_order_seq_cst);
+    board_->WakeRings();
+    rings_.join();
+  }
   // After RemoveListener no request of this door is being served, or will be.
   if (server_) server_->RemoveListener(listener_);
   server_ = nullptr;
@@ -155,6 +230,7 @@ void Session::ReleasePeerId(int id) {
 PublishedAddresses Session::Addresses() const {
   PublishedAddresses out;
   for (const auto& t : transports()) out.push_back({std::string(t->name()), t->LocalAddress()});
+  if (board_) out.push_back({std::string(kBoardKind), board_->Address()});
   return out;
 }
 
@@ -206,12 +282,43 @@ Status Session::Listen(const std::string& host, uint16_t port, Delegate* delegat
 
 uint16_t Session::port() const { return server_ ? port_ : 0; }
 
+Status Session::EnableBoard(uint32_t ids) {
+  if (board_) return Status::Ok();
+  HIXL_ASSIGN_OR_RETURN(const bool allowed, transport::ProcFdAllowed(opts_.node.transports));
+  if (!allowed) return Status::Ok();  // peers ask over the control connection
+  HIXL_ASSIGN_OR_RETURN(board_, TableBoard::Create(ids));
+  PublishTable();
+  rings_ = std::thread([this] { ServeRings(); });
+  ::pthread_setname_np(rings_.native_handle(), "hixl-board");
+  return Status::Ok();
+}
+
+void Session::ServeRings() {
+  while (!stop_rings_.load(std::memory_order_acquire)) {
+    for (int owner : board_->TakeRings(-1, &stop_rings_)) {
+      if (owner == self_id() || !delegate_) continue;
+      Result<std::shared_ptr<PeerSession>> peer = delegate_->PeerFor(owner);
+      if (!peer.ok() || !peer.value()) continue;  // not a peer of ours: nothing to drop, no word to answer in
+      Status s = peer.value()->AcknowledgeRemovals(self_id(), opts_.node.timeout_ms);
+      if (!s.ok()) {
+        HIXL_LOG_WARN("not acknowledging the removal by {} (it will report us as silent): {}", peer.value()->who(),
+                      s.message());
+      }
+    }
+  }
+}
+
+void Session::PublishTable() {
+  if (board_) board_->Publish([this] { return registry_.Table().Serialize(); });
+}
+
 bootstrap::ControlAnswer Session::Serve(int64_t from, uint8_t type, std::string_view payload) {
   switch (static_cast<ControlMsg>(type)) {
     case ControlMsg::kFetchTable: {
       HIXL_ASSIGN_OR_RETURN(Subscriber sub, delegate_->SubscriberFor(from));
       {
         std::lock_guard lock(subscribers_mu_);
+        board_dropped_.erase(from);
         subscribers_.insert_or_assign(from, std::move(sub));
       }
       return registry_.Table().Serialize();
@@ -254,6 +361,7 @@ Status Session::AddRegion(LocalRegistry::Region region) {
   Status s = registry_.Add(region, &added);
   // One node reference per region of this door, however often it registers it.
   if (!s.ok() || !added) node_->Release(region.desc, region.heap);
+  if (s.ok() && added) PublishTable();
   return s;
 }
 
@@ -261,6 +369,9 @@ Status Session::RemoveRegion(uint64_t base, bool heap, std::optional<LocalRegist
   std::optional<LocalRegistry::Region> gone;
   HIXL_RETURN_IF_ERROR(registry_.Remove(base, heap, &gone));
   if (!gone) return Status::Ok();  // references remain
+  // Off the board before its subscribers are read: a peer that subscribes
+  // later reads a table without the region.
+  PublishTable();
   const Invalidation inv{registry_.generation(), base, gone->desc.len};
   const int64_t bound = opts_.node.timeout_ms;
   Status self_silent;
@@ -278,13 +389,79 @@ Status Session::RemoveRegion(uint64_t base, bool heap, std::optional<LocalRegist
     std::lock_guard lock(subscribers_mu_);
     for (auto& [from, s] : subscribers_) subs.emplace_back(from, s);
   }
+  // And the peers that read the board (their bits; this process's own id,
+  // one the door does not know, or one dropped before is not asked): rung
+  // on their own boards where we have them open, else asked over the
+  // control connection.
+  struct Rung {
+    int id;
+    std::shared_ptr<PeerSession> peer;
+  };
+  std::vector<Rung> rung;
+  if (board_ && delegate_) {
+    for (int id : board_->Subscribers()) {
+      const bool known = std::any_of(subs.begin(), subs.end(), [&](const auto& s) { return s.first == id; });
+      bool dropped = false;
+      {
+        std::lock_guard lock(subscribers_mu_);
+        dropped = board_dropped_.count(id) != 0;
+      }
+      if (id == self_id() || known || dropped) continue;
+      Result<std::shared_ptr<PeerSession>> peer = delegate_->PeerFor(id);
+      if (peer.ok() && peer.value() && peer.value()->has_board()) {
+        rung.push_back({id, std::move(peer.value())});
+        continue;
+      }
+      Result<Subscriber> sub = delegate_->SubscriberFor(id);
+      if (sub.ok() && sub->client) subs.emplace_back(id, std::move(sub.value()));
+    }
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(bound);
+  uint64_t number = 0;
+  if (!rung.empty()) {
+    number = board_->BeginRemoval(inv.generation);
+    for (const Rung& r : rung) r.peer->RingBoard(self_id());
+  }
   std::vector<FanoutCall> calls;
   calls.reserve(subs.size());
   const std::string payload = Encode(inv);
   for (const auto& [from, s] : subs) calls.push_back({s.client, Wire(ControlMsg::kInvalidate), payload});
   const std::vector<Result<std::string>> answers = CallEach(calls, bound);
+  std::vector<std::pair<int, Errc>> unacked;
+  if (!rung.empty()) {
+    std::vector<int> ids;
+    ids.reserve(rung.size());
+    for (const Rung& r : rung) ids.push_back(r.id);
+    unacked = board_->AwaitAcks(number, ids, deadline, [&](int id) {
+      for (const Rung& r : rung) {
+        if (r.id == id) return !r.peer->BoardAlive();
+      }
+      return false;
+    });
+  }
+  const size_t asked = subs.size() + rung.size();
   std::vector<std::string> dead, silent, dropped;  // who, for the messages
   Status first_silent;                             // the first silent one's error, for its code
+  for (const auto& [id, code] : unacked) {
+    std::string who;
+    for (const Rung& r : rung) {
+      if (r.id == id) who = r.peer->who();
+    }
+    if (code == Errc::kPeerFailed) {
+      // Gone: never asked again (as a dropped subscriber).
+      {
+        std::lock_guard lock(subscribers_mu_);
+        board_dropped_.insert(id);
+      }
+      dropped.push_back(who);
+      dead.push_back(who);
+    } else {
+      if (first_silent.ok()) {
+        first_silent = Err(code, "{}: did not acknowledge on its table board within {} ms", who, bound);
+      }
+      silent.push_back(who);
+    }
+  }
   for (size_t i = 0; i < subs.size(); ++i) {
     if (answers[i].ok()) continue;
     const Status& e = answers[i].status();
@@ -308,8 +485,8 @@ Status Session::RemoveRegion(uint64_t base, bool heap, std::optional<LocalRegist
   }
   if (!silent.empty() || !dropped.empty()) {  // one line, however many
     HIXL_LOG_WARN("region [{:#x}, +{}): {} of {} peers did not acknowledge its removal ({}); dropped: {}", base,
-                  inv.len, silent.size() + dead.size(), subs.size(),
-                  first_silent.ok() ? "gone" : first_silent.message(), dropped.empty() ? "none" : NameSome(dropped));
+                  inv.len, silent.size() + dead.size(), asked, first_silent.ok() ? "gone" : first_silent.message(),
+                  dropped.empty() ? "none" : NameSome(dropped));
   }
   // The transports' registration (UCX memory handle, the node's range that
   // the relay checks) goes only after the answers: a late relayed or UCX
@@ -324,13 +501,13 @@ Status Session::RemoveRegion(uint64_t base, bool heap, std::optional<LocalRegist
     return Err(first_silent.code(),
                "{} {} of {} peers did not acknowledge within {} ms that they no longer access it, and may still "
                "reach the memory: {}{}; first error: {}",
-               what, silent.size(), subs.size(), bound, NameSome(silent),
+               what, silent.size(), asked, bound, NameSome(silent),
                dead.empty() ? "" : fmt::format("; {} are gone: {}", dead.size(), NameSome(dead)),
                first_silent.message());
   }
   if (!dead.empty()) {
     return Err(Errc::kPeerFailed, "{} {} of {} peers are gone (dropped): {}; every other peer acknowledged", what,
-               dead.size(), subs.size(), NameSome(dead));
+               dead.size(), asked, NameSome(dead));
   }
   return Status::Ok();
 }
@@ -338,10 +515,14 @@ Status Session::RemoveRegion(uint64_t base, bool heap, std::optional<LocalRegist
 void Session::Unsubscribe(int64_t from) {
   std::lock_guard lock(subscribers_mu_);
   subscribers_.erase(from);
+  // Its board bit stays set: it is not asked again, as if it had left.
+  if (board_) board_dropped_.insert(from);
 }
 
 void Session::ReleaseAllRegions() {
-  for (LocalRegistry::Region& r : registry_.TakeAll()) node_->Release(r.desc, r.heap);
+  std::vector<LocalRegistry::Region> all = registry_.TakeAll();
+  PublishTable();
+  for (LocalRegistry::Region& r : all) node_->Release(r.desc, r.heap);
 }
 
 }  // namespace hixl::core

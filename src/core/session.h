@@ -25,8 +25,10 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "base/status.h"
@@ -34,6 +36,7 @@
 #include "core/control_protocol.h"
 #include "core/node.h"
 #include "core/registry.h"
+#include "core/table_board.h"
 #include "transport/transport.h"
 
 namespace hixl::core {
@@ -73,6 +76,39 @@ class PeerSession {
     return FindAfterRefresh(addr, len, timeout_ms, pin);
   }
 
+  // Reads the peer's table from its board (core/table_board.h) from now
+  // on, subscribing as `self_id` (this process's id at the peer) at the
+  // first refresh; a read the board cannot answer goes over the control
+  // connection.  Call before the peer is used.
+  void AttachBoard(std::unique_ptr<BoardReader> board, int self_id) {
+    board_ = std::move(board);
+    board_self_id_ = self_id;
+  }
+  bool has_board() const { return board_ != nullptr; }
+  // The peer's board, read for a removal of ours that it must acknowledge:
+  // rings its doorbell as `self_id` (false without a board: ask it over the
+  // control connection instead).
+  bool RingBoard(int self_id) {
+    if (!board_) return false;
+    board_->Ring(self_id);
+    return true;
+  }
+  // False once the peer's process has exited (as its board's pidfd says).
+  bool BoardAlive() const { return !board_ || board_->Alive(); }
+  // The peer rang our doorbell: drops our copy of its table (all of it: the
+  // next use reads the board again), fences our transfers into it
+  // (Quiesce), then acknowledges its latest removal on its board as
+  // `self_id`.  Not acknowledged when the fence fails (the peer then reports
+  // us as silent).  Called on the session's doorbell thread.
+  Status AcknowledgeRemovals(int self_id, int64_t timeout_ms);
+  // Prepares the first touch without a message and without subscribing:
+  // reads the table from the board and unpacks each region's key, so that
+  // what the transport sets up per peer (a heap segment's mapping) is there
+  // when the peer is first used; the keys are dropped (the peer is not told,
+  // and a later refresh reads the board again).  Failures are only logged:
+  // the first touch then does the work.  No-op without a board.
+  void Warm();
+
   // Makes an invalidation (or Close) of the table a fence, on the thread
   // that serves it (a control worker, or the thread that closes): waits until the operations that were using removed
   // entries have returned, then completes what they left in flight on the
@@ -88,6 +124,9 @@ class PeerSession {
   // Find's miss: refreshes the table (no pin held meanwhile), then looks again.
   Result<const PeerTable::Entry*> FindAfterRefresh(uint64_t addr, uint64_t len, int64_t timeout_ms,
                                                    PeerTable::Pin* pin);
+  // The table: from the board where it answers, else over the control
+  // connection.  refresh_mu_ is held.
+  Result<RegionTable> FetchTable(int64_t timeout_ms);
   const int id_;
   const std::string who_;
   transport::Transport* const transport_;
@@ -95,6 +134,8 @@ class PeerSession {
   const LocalRegistry* const self_;
   PeerTable table_;
   std::mutex refresh_mu_;
+  std::unique_ptr<BoardReader> board_;  // used under refresh_mu_
+  int board_self_id_ = -1;
   std::atomic<bool> has_deferred_{false};
   std::mutex deferred_mu_;
   Status deferred_;
@@ -139,8 +180,10 @@ class Session final {
 
   // What the session asks of its front door while serving a request from
   // `from` (the id the requester's connection is bound to: see
-  // bootstrap::ControlHandler).  Called on the event loop thread.  Each must
-  // refuse an id that names none of the door's peers.
+  // bootstrap::ControlHandler).  Called on the event loop thread; with a
+  // table board, SubscriberFor and PeerFor also from the thread that removes
+  // a region and from the doorbell thread (ServeRings).  Each must refuse an
+  // id that names none of the door's peers.
   class Delegate {
    public:
     virtual ~Delegate() = default;
@@ -204,6 +247,12 @@ class Session final {
   Status Listen(const std::string& host, uint16_t port, Delegate* delegate);
   uint16_t port() const;  // 0 when not listening
 
+  // Publishes this door's region table on a board (core/table_board.h)
+  // whose address goes with Addresses(), for peers on this host; `ids`
+  // subscriber bits, one per peer id (a world's ranks).  Call before
+  // Addresses() is published.  No board (and OK) where HIXL_SHM_PROCFD=0.
+  Status EnableBoard(uint32_t ids);
+
   // --- local memory (this front door's regions)
   const LocalRegistry& registry() const { return registry_; }
   // The peer that is this process itself, if the front door has one: its
@@ -244,10 +293,18 @@ class Session final {
   // answered at once but kInvalidate, whose fence (PeerSession::Quiesce)
   // runs on a control worker (bootstrap::ControlAnswer::Later).
   bootstrap::ControlAnswer Serve(int64_t from, uint8_t type, std::string_view payload);
+  // The registry's table onto the board, if there is one.
+  void PublishTable();
+  // The doorbell thread (`hixl-board`): answers peers' removals rung on our
+  // board (PeerSession::AcknowledgeRemovals) until Shutdown.
+  void ServeRings();
 
   const Options opts_;
   const std::shared_ptr<Node> node_;
   LocalRegistry registry_;
+  std::unique_ptr<TableBoard> board_;
+  std::thread rings_;  // ServeRings, while board_
+  std::atomic<bool> stop_rings_{false};
   std::shared_ptr<PeerSession> self_peer_;
   Delegate* delegate_ = nullptr;
   bootstrap::ControlServer* server_ = nullptr;  // the node's, while listening
@@ -255,6 +312,7 @@ class Session final {
   uint16_t port_ = 0;
   std::mutex subscribers_mu_;
   std::map<int64_t, Subscriber> subscribers_;  // by the id their connection is bound to
+  std::set<int64_t> board_dropped_;            // board subscribers dropped (gone, or never answered)
   std::mutex ids_mu_;
   std::vector<int> ids_;  // peer ids taken from the node
   bool shut_down_ = false;

@@ -7,6 +7,7 @@
 #include <cstdlib>
 
 #include "base/log.h"
+#include "base/switch.h"
 #include "transport/shm/options.h"
 #include "transport/shm/shm_transport.h"
 #ifdef HIXL_HAVE_UCX
@@ -60,6 +61,12 @@ Status CheckName(std::string_view shown, std::string_view name) {
   for (const std::string& n : names) list += n + ", ";
   return Err(Errc::kInvalidArg, "{}='{}': this build of hixl has no {} transport (built in: {}or auto)", shown, name,
              name, list);
+}
+
+Result<bool> ProcFdAllowed(const Options& options) {
+  std::optional<SwitchValue> v = LookUp(options, kProcFd);
+  if (!v) return true;
+  return ParseSwitch(v->shown, v->text);
 }
 
 std::vector<Switch> AllSwitches() {

@@ -148,6 +148,14 @@ struct SwitchValue {
 };
 std::optional<SwitchValue> LookUp(const Options& options, const Switch& sw);
 
+// Same-host peers open each other's heap segments (the shm transport) and
+// region table boards (core/table_board.h) through /proc, with no message.
+inline constexpr Switch kProcFd = {"shm_procfd", "HIXL_SHM_PROCFD",
+                                   "same-host peers open each other's heap segments and region tables through "
+                                   "/proc, with no message (default 1; 0: they ask over their sockets)"};
+// Its value in `options` (true unless set to 0); kInvalidArg for a bad value.
+Result<bool> ProcFdAllowed(const Options& options);
+
 // Every switch of every transport built in, each once.
 std::vector<Switch> AllSwitches();
 // The names of the transports built in, in order of preference.

@@ -205,7 +205,11 @@ Status WorldImpl::ConnectPeers() {
 
   PeerRecord mine;
   mine.host = n > 1 ? net::LocalAddressTowards(cfg_.master_addr, cfg_.master_port) : "127.0.0.1";
-  if (n > 1) HIXL_RETURN_IF_ERROR(session_->Listen(mine.host, 0, this));
+  if (n > 1) {
+    HIXL_RETURN_IF_ERROR(session_->Listen(mine.host, 0, this));
+    // Our table where the ranks of this host read it without a message.
+    HIXL_RETURN_IF_ERROR(session_->EnableBoard(static_cast<uint32_t>(n)));
+  }
   mine.port = session_->port();
   mine.addresses = session_->Addresses();
   HIXL_RETURN_IF_ERROR(store_->Set(fmt::format("peer/{}", rank()), Encode(mine)));
@@ -240,9 +244,30 @@ Status WorldImpl::ConnectPeers() {
     peers_[static_cast<size_t>(r)] = std::make_shared<PeerSession>(
         r, fmt::format("rank {}", r), c.transport, std::move(control), self ? &session_->registry() : nullptr);
     if (self) session_->set_self_peer(peers_[static_cast<size_t>(r)]);
+    if (!self) AttachBoard(r, rec->addresses);
   }
   // Every rank's flag block is registered before anyone signals into it.
-  return StoreBarrier();
+  HIXL_RETURN_IF_ERROR(StoreBarrier());
+  // The peers of this host, ready for their first touch (their heap
+  // segments mapped), with no message: docs/scale.md, "First touch".
+  for (int r = 0; r < n; ++r) {
+    if (r != rank()) peer(r).Warm();
+  }
+  return Status::Ok();
+}
+
+void WorldImpl::AttachBoard(int r, const core::PublishedAddresses& addresses) {
+  for (const core::PublishedAddress& a : addresses) {
+    if (a.kind != core::kBoardKind) continue;
+    auto board = core::BoardReader::Open(a.address, peer(r).who());
+    if (!board.ok()) {
+      HIXL_LOG_DEBUG("rank {}: reading the region table of rank {} over its control connection: {}", rank(), r,
+                     board.status().message());
+    } else if (board.value()) {
+      peer(r).AttachBoard(std::move(board.value()), rank());
+    }
+    return;
+  }
 }
 
 // ------------------------------------------------------------------ memory

@@ -81,6 +81,8 @@ class WorldImpl final : private Session::Delegate {
   Status Start();
   Status PlaceHeap();
   Status ConnectPeers();
+  // Rank r's table board, if it published one on this host (core/table_board.h).
+  void AttachBoard(int r, const core::PublishedAddresses& addresses);
   Result<std::unique_ptr<bootstrap::TcpStoreServer>> HostStore();
   // The barrier (world_barrier.cc): its flag block, the first symmetric
   // block of every rank; the barrier through rank 0's store, for init and

@@ -9,9 +9,13 @@ from job_rank import await_word, finish, join, ready
 
 rank, size, boxes, pids = join()
 nxt, prv = (rank + 1) % size, (rank - 1) % size
-# One transfer first, so that every connection is made before the attack.
+# One transfer first, and one notification (the control connection: on one
+# host a put reads the peer's table from shared memory and connects to
+# nothing), so that every connection is made before the attack.
 hixl.put(dst_rank=nxt, src_addr=boxes.outbox[:1], dst_addr=boxes.inboxes[nxt])
+hixl.notify(nxt, b"hello")
 hixl.barrier()
+assert [src for src, _ in hixl.get_notifications()] == [prv]
 ready(rank, pids)
 await_word(rank, sys.argv[1], "go")  # the driver is done
 hixl.barrier()

@@ -16,7 +16,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view blob(reinterpret_cast<const char*>(data + 8), size - 8);
   auto k = hixl::transport::shm::ParseKey(blob, len, 1);
   if (!k.ok()) return 0;
-  FUZZ_CHECK(blob.size() == 20);
+  FUZZ_CHECK(blob.size() == hixl::transport::shm::kKeyBytes);
   FUZZ_CHECK(k->offset <= k->size && len <= k->size - k->offset);
   return 0;
 }

@@ -11,6 +11,11 @@
 //                          exits; rank 0's deregistration then says
 //                          HIXL_ERR_PEER_FAILED naming rank 1, and the next
 //                          one no longer waits for it
+//   lifecycle dereg-peer-stops  rank 1, which holds rank 0's region table,
+//                          stops (SIGSTOP); rank 0's deregistration then says
+//                          HIXL_ERR_TIMEOUT within HIXL_TIMEOUT_MS, naming
+//                          rank 1; once rank 1 continues, the next one
+//                          succeeds
 //   lifecycle exit-early   rank 1 exits with code 3 at once; the others wait
 //                          for a signal that never comes (hixlrun must stop them)
 #include <dirent.h>
@@ -18,6 +23,7 @@
 
 #include <hixl/hixl.h>
 
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -111,16 +117,20 @@ int main(int argc, char** argv) {
     std::printf("rank %d: barrier failed as it should: %s\n", me, hixl_last_error());
     return 0;
   }
-  if (mode == "dereg-peer-dies") {
-    // Rank 1 puts into rank 0's registered buffer, so it holds rank 0's table.
-    static uint64_t buf[8];
-    if (me == 0 && hixl_register_memory(buf, sizeof buf) != HIXL_SUCCESS) return Fail("register");
-    std::vector<uint64_t> bases(static_cast<size_t>(hixl_world_size()));
-    const auto mine = reinterpret_cast<uint64_t>(buf);
-    if (hixl_allgather(&mine, bases.data(), sizeof mine) != HIXL_SUCCESS) return Fail("allgather");
+  // Rank 0 registers buf; rank 1 puts into it, so it holds rank 0's table.
+  static uint64_t buf[8];
+  std::vector<uint64_t> bases(static_cast<size_t>(hixl_world_size()));
+  const auto mine = reinterpret_cast<uint64_t>(buf);
+  auto hold_rank0s_table = [&]() -> const char* {
+    if (me == 0 && hixl_register_memory(buf, sizeof buf) != HIXL_SUCCESS) return "register";
+    if (hixl_allgather(&mine, bases.data(), sizeof mine) != HIXL_SUCCESS) return "allgather";
     if (me == 1 && (hixl_put(0, &mine, bases[0], sizeof mine) != HIXL_SUCCESS || hixl_fence() != HIXL_SUCCESS)) {
-      return Fail("put into rank 0");
+      return "put into rank 0";
     }
+    return nullptr;
+  };
+  if (mode == "dereg-peer-dies") {
+    if (const char* failed = hold_rank0s_table()) return Fail(failed);
     if (hixl_barrier() != HIXL_SUCCESS) return Fail("first barrier");
     if (me == 1) _exit(0);  // gone, without finalize
     // The barrier fails once rank 1 is gone (rank 0 hosts the store).
@@ -137,6 +147,44 @@ int main(int argc, char** argv) {
       }
     }
     return 0;  // without finalize: the world lost a rank
+  }
+  if (mode == "dereg-peer-stops") {
+    const uint64_t pid = static_cast<uint64_t>(::getpid());
+    std::vector<uint64_t> pids(static_cast<size_t>(hixl_world_size()));
+    if (hixl_allgather(&pid, pids.data(), sizeof pid) != HIXL_SUCCESS) return Fail("allgather of pids");
+    if (const char* failed = hold_rank0s_table()) return Fail(failed);
+    if (hixl_barrier() != HIXL_SUCCESS) return Fail("first barrier");
+    if (me == 1) {
+      ::raise(SIGSTOP);  // rank 0 continues us once its deregistration has given up on us
+    } else {
+      // Rank 1 has stopped once its state in /proc says so.
+      for (int i = 0; i < 100000; ++i) {
+        std::ifstream st("/proc/" + std::to_string(pids[1]) + "/stat");
+        std::string line;
+        std::getline(st, line);
+        const size_t close = line.rfind(')');
+        if (close != std::string::npos && close + 2 < line.size() && line[close + 2] == 'T') break;
+        ::usleep(1000);
+      }
+      const int rc = hixl_deregister_memory(buf);
+      const std::string why = hixl_last_error();
+      std::printf("rank 0: deregistration said: %s\n", why.c_str());
+      ::kill(static_cast<pid_t>(pids[1]), SIGCONT);
+      if (rc != HIXL_ERR_TIMEOUT) return Fail("deregistration with a stopped subscriber did not say TIMEOUT");
+      if (why.find("rank 1") == std::string::npos || why.find("may still reach") == std::string::npos) {
+        return Fail("the deregistration's error does not name rank 1 as one that may still reach the memory");
+      }
+      if (hixl_register_memory(buf, sizeof buf) != HIXL_SUCCESS) return Fail("register again");
+    }
+    if (hixl_barrier() != HIXL_SUCCESS) return Fail("barrier after rank 1 continued");
+    if (me == 1 && (hixl_put(0, &mine, bases[0], sizeof mine) != HIXL_SUCCESS || hixl_fence() != HIXL_SUCCESS)) {
+      return Fail("put into rank 0 after continuing");
+    }
+    if (hixl_barrier() != HIXL_SUCCESS) return Fail("barrier after the second put");
+    if (me == 0 && hixl_deregister_memory(buf) != HIXL_SUCCESS) {
+      return Fail("a deregistration once rank 1 answers again");
+    }
+    return hixl_finalize() == HIXL_SUCCESS ? 0 : Fail("finalize");
   }
   if (mode == "exit-early") {
     if (me == 1) return 3;

@@ -257,9 +257,7 @@ TEST(RegionTableLimits, CountsKeysAndKindsAreBounded) {
 // -------------------------------------------------------------- shm keys
 
 std::string Key(uint32_t seg, uint64_t off, uint64_t size) {
-  net::Writer w;
-  w.Put(seg).Put(off).Put(size);
-  return std::move(w.str());
+  return transport::shm::EncodeKey({seg, off, size, 7, 99});
 }
 
 TEST(ShmKeyLimits, KeysMustHoldTheirRegion) {
@@ -268,12 +266,14 @@ TEST(ShmKeyLimits, KeysMustHoldTheirRegion) {
   ASSERT_TRUE(k.ok());
   EXPECT_EQ(k->segment, 1u);
   EXPECT_EQ(k->offset, 4096u);
+  EXPECT_EQ(k->fd, 7);
+  EXPECT_EQ(k->ino, 99u);
   // A 1 TiB region in a 4 KiB segment, an offset past the end, wrapping.
   EXPECT_THAT(ParseKey(Key(1, 0, 4096), uint64_t{1} << 40, 3).status().message(), HasSubstr("rank 3"));
   EXPECT_FALSE(ParseKey(Key(1, 8192, 4096), 0, 3).ok());
   EXPECT_FALSE(ParseKey(Key(1, UINT64_MAX, UINT64_MAX), 2, 3).ok());
   EXPECT_FALSE(ParseKey(Key(1, 0, 4096) + "x", 16, 3).ok());
-  EXPECT_FALSE(ParseKey(Key(1, 0, 4096).substr(0, 19), 16, 3).ok());
+  EXPECT_FALSE(ParseKey(Key(1, 0, 4096).substr(0, transport::shm::kKeyBytes - 1), 16, 3).ok());
 }
 
 TEST(ShmKeyLimits, ARelayChannelSmallerThanItClaimsIsRefused) {

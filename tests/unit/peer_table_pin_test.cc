@@ -11,7 +11,7 @@
 namespace hixl {
 namespace {
 
-std::vector<PeerTable::Entry> OneRegion() { return {{0x1000, 0x1000, nullptr}}; }
+std::vector<PeerTable::Entry> OneRegion() { return {{0x1000, 0x1000, nullptr, ""}}; }
 
 TEST(PeerTablePinTest, NoPinsReturnsAtOnce) {
   PeerTable t;
@@ -125,7 +125,7 @@ TEST(PeerTablePinTest, NoReaderUsesARegionAfterAwaitReturned) {
   std::thread r1(reader), r2(reader);
   for (int r = 0; r < kRounds; ++r) {
     const uint64_t base = 0x100000 + static_cast<uint64_t>(r) * kLen;
-    ASSERT_TRUE(t.Install(2 * static_cast<uint64_t>(r) + 1, {{base, kLen, nullptr}}));
+    ASSERT_TRUE(t.Install(2 * static_cast<uint64_t>(r) + 1, {{base, kLen, nullptr, ""}}));
     round.store(r, std::memory_order_release);
     if (r % 8 == 0) std::this_thread::yield();  // let the readers find it
     t.Invalidate(2 * static_cast<uint64_t>(r) + 2, base, kLen);

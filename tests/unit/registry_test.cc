@@ -412,7 +412,7 @@ struct TestKey final : transport::RemoteKey {
 };
 
 PeerTable::Entry MakeEntry(uint64_t base, uint64_t len) {
-  return PeerTable::Entry{base, len, std::make_shared<TestKey>(base)};
+  return PeerTable::Entry{base, len, std::make_shared<TestKey>(base), ""};
 }
 
 uint64_t KeyBase(const PeerTable::Entry* e) { return static_cast<const TestKey&>(*e->key).base; }

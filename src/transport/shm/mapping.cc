@@ -20,37 +20,6 @@ constexpr uint64_t kHugeAdviceMin = uint64_t{4} << 20;  // smaller regions are l
 
 }  // namespace
 
-void Mapping::Reset() {
-  if (p_) ::munmap(p_, n_);
-  p_ = nullptr;
-}
-
-Result<Mapping> MapShared(int fd, size_t n) {
-  void* p = ::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (p == MAP_FAILED) return Err(Errc::kNoMemory, "mmap of {} shared bytes failed: {}", n, std::strerror(errno));
-  return Mapping(p, n);
-}
-
-Status SealSize(int memfd) {
-  if (::fcntl(memfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
-    return Err(Errc::kNoMemory, "cannot seal the size of a shared memory file: {}", std::strerror(errno));
-  }
-  return Status::Ok();
-}
-
-Result<Mapping> MapPeerFile(int fd, size_t n, const std::string& what) {
-  const int seals = ::fcntl(fd, F_GET_SEALS);
-  if (seals < 0 || !(seals & F_SEAL_SHRINK)) {
-    return Err(Errc::kTransport, "shm: refused {}: its file can shrink under the mapping (not sealed: {})", what,
-               seals < 0 ? std::strerror(errno) : "no F_SEAL_SHRINK");
-  }
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || st.st_size < 0 || static_cast<uint64_t>(st.st_size) < n) {
-    return Err(Errc::kTransport, "shm: refused {}: its file has {} bytes, not the {} claimed", what, st.st_size, n);
-  }
-  return MapShared(fd, n);
-}
-
 void AdviseHugePages(uint64_t base, uint64_t len) {
   if (len < kHugeAdviceMin) return;
   const uint64_t lo = (base + kHugePage - 1) & ~(kHugePage - 1);

@@ -7,50 +7,16 @@
 #include <string>
 #include <utility>
 
+#include "base/shared_file.h"
 #include "base/status.h"
 
 namespace hixl::transport::shm {
 
-// Owns one mmap'ed range; unmaps it when destroyed or reset.
-class Mapping {
- public:
-  Mapping() = default;
-  Mapping(void* p, size_t n) : p_(p), n_(n) {}
-  Mapping(Mapping&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(o.n_) {}
-  Mapping& operator=(Mapping&& o) noexcept {
-    if (this != &o) {
-      Reset();
-      p_ = std::exchange(o.p_, nullptr);
-      n_ = o.n_;
-    }
-    return *this;
-  }
-  Mapping(const Mapping&) = delete;
-  Mapping& operator=(const Mapping&) = delete;
-  ~Mapping() { Reset(); }
-  void Reset();
-  void* get() const { return p_; }
-  size_t size() const { return n_; }
-
- private:
-  void* p_ = nullptr;
-  size_t n_ = 0;
-};
-
-// Maps the first n bytes of fd, shared and writable.
-Result<Mapping> MapShared(int fd, size_t n);
-
-// Seals a memfd's size (F_SEAL_SHRINK, F_SEAL_GROW, then F_SEAL_SEAL): what
-// hixl passes to a peer (a heap segment, a relay channel) can never shrink
-// under the peer's mapping, which would raise SIGBUS in the peer.  The memfd
-// must have been made with MFD_ALLOW_SEALING.
-Status SealSize(int memfd);
-
-// Maps the first n bytes of a memfd that a peer passed: only one whose size
-// is sealed against shrinking and holds at least n bytes (fstat), so that no
-// access to the mapping can raise SIGBUS whatever the peer does later.
-// `what` names it in the error ("heap segment 3 of rank 1").
-Result<Mapping> MapPeerFile(int fd, size_t n, const std::string& what);
+// The generic pieces live in base/shared_file.h.
+using sharedmem::MapPeerFile;
+using sharedmem::Mapping;
+using sharedmem::MapShared;
+using sharedmem::SealSize;
 
 // Asks for transparent huge pages (MADV_HUGEPAGE) on the 2 MiB-aligned
 // interior of a registered region of at least 4 MiB, where it lies in

@@ -32,13 +32,14 @@ Status ParseOne(const Options& options, const Switch& sw, bool* out) {
 
 }  // namespace
 
-std::vector<Switch> Switches() { return {kCma, kThp, kPromote, kCopyThreads, kCopySplitMin}; }
+std::vector<Switch> Switches() { return {kCma, kThp, kPromote, kProcFd, kCopyThreads, kCopySplitMin}; }
 
 Result<ShmOptions> ParseOptions(const Options& options) {
   ShmOptions o;
   HIXL_RETURN_IF_ERROR(ParseOne(options, kCma, &o.cma));
   HIXL_RETURN_IF_ERROR(ParseOne(options, kThp, &o.thp));
   HIXL_RETURN_IF_ERROR(ParseOne(options, kPromote, &o.promote));
+  HIXL_ASSIGN_OR_RETURN(o.procfd, ProcFdAllowed(options));
   std::optional<SwitchValue> threads = LookUp(options, kCopyThreads);
   const std::string text = threads ? threads->text : "auto";
   const int auto_threads = copy::AutoThreads(copy::AvailableCores(), copy::LocalRanks(copy::ProcessEnvLookUp()));

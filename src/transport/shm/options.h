@@ -17,6 +17,7 @@ struct ShmOptions {
   // shared memory that peers map (promotion.h); off: cross-memory attach,
   // for this process's memory and for peers' promoted memory alike.
   bool promote = true;
+  bool procfd = true;  // shm_procfd / HIXL_SHM_PROCFD: heap segments opened through /proc (off: asked for)
   // copy_threads / HIXL_COPY_THREADS (auto: copy::AutoThreads of the cores
   // and the host's ranks), copy_split_min / HIXL_COPY_SPLIT_MIN (testing):
   // how mapped copies and cross-memory attach are split (base/copy_pool.h).

@@ -5,6 +5,8 @@
 
 #include <cstring>
 
+#include "base/log.h"
+#include "base/shared_file.h"
 #include "transport/shm/promotion.h"
 
 namespace hixl::transport::shm {
@@ -14,11 +16,17 @@ Status NotConnected(const Peer& p) {
              p.rank);
 }
 
+std::string EncodeKey(const KeyFields& k) {
+  net::Writer w;
+  w.Put<uint32_t>(k.segment).Put<uint64_t>(k.offset).Put<uint64_t>(k.size).Put<int32_t>(k.fd).Put<uint64_t>(k.ino);
+  return std::move(w.str());
+}
+
 Result<KeyFields> ParseKey(std::string_view blob, uint64_t len, int peer) {
   net::Reader r(blob);
   KeyFields k;
-  if (!r.Get(&k.segment) || !r.Get(&k.offset) || !r.Get(&k.size) || !r.empty()) {
-    return Err(Errc::kTransport, "shm: malformed key from rank {} ({} bytes, not 20)", peer, blob.size());
+  if (!r.Get(&k.segment) || !r.Get(&k.offset) || !r.Get(&k.size) || !r.Get(&k.fd) || !r.Get(&k.ino) || !r.empty()) {
+    return Err(Errc::kTransport, "shm: malformed key from rank {} ({} bytes, not {})", peer, blob.size(), kKeyBytes);
   }
   if (k.offset > k.size || len > k.size - k.offset) {
     return Err(Errc::kTransport, "shm: the key of rank {} puts {} bytes at offset {} of a segment of {}", peer, len,
@@ -59,7 +67,8 @@ Status Peer::Request(const Msg& m, int fd_to_pass, Msg* reply, net::Fd* reply_fd
   return Status::Ok();
 }
 
-Result<std::shared_ptr<Mapping>> Peer::MapSegment(uint32_t seg, uint64_t size, int64_t timeout_ms) {
+Result<std::shared_ptr<Mapping>> Peer::MapSegment(uint32_t seg, uint64_t size, int32_t seg_fd, uint64_t ino,
+                                                  int64_t timeout_ms) {
   std::lock_guard lock(conn_mu);
   // A promoted range's mapping belongs to the keys of its region (it goes
   // when they do, after the owner deregisters it); heap segments stay.
@@ -72,12 +81,24 @@ Result<std::shared_ptr<Mapping>> Peer::MapSegment(uint32_t seg, uint64_t size, i
     }
     return it->second;
   }
-  Msg m, reply;
-  m.type = kGetSegment;
-  m.a = seg;
   net::Fd fd;
-  HIXL_RETURN_IF_ERROR(Request(m, -1, &reply, &fd, timeout_ms));
-  if (!fd.valid()) return Err(Errc::kTransport, "shm: rank {} sent no fd for heap segment {}", rank, seg);
+  if (cached && seg_fd >= 0) {
+    // No message: the owner's descriptor, where this process may open it.
+    Result<net::Fd> opened =
+        sharedmem::OpenPeerFd(pidfd.get(), pid, seg_fd, ino, fmt::format("heap segment {} of rank {}", seg, rank));
+    if (opened.ok()) {
+      fd = std::move(opened.value());
+    } else {
+      HIXL_LOG_DEBUG("shm: {}; asking rank {} for it over its socket", opened.status().message(), rank);
+    }
+  }
+  if (!fd.valid()) {
+    Msg m, reply;
+    m.type = kGetSegment;
+    m.a = seg;
+    HIXL_RETURN_IF_ERROR(Request(m, -1, &reply, &fd, timeout_ms));
+    if (!fd.valid()) return Err(Errc::kTransport, "shm: rank {} sent no fd for heap segment {}", rank, seg);
+  }
   // The size comes from a key blob: untrusted, and so is the file.  Mapped
   // past its end, or truncated later by its owner, an access would raise
   // SIGBUS instead of failing here.

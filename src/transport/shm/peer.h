@@ -50,7 +50,11 @@ struct Peer {
   // first need; an error where the segment is smaller.  A promoted range's
   // segment (kPromotedSegmentBit) is mapped anew for each call and kept by
   // the caller's key only, so it is unmapped when its region's keys go.
-  Result<std::shared_ptr<Mapping>> MapSegment(uint32_t seg, uint64_t size, int64_t timeout_ms);
+  // A heap segment whose key names the owner's descriptor (fd, ino: see
+  // KeyFields) is opened through /proc first (sharedmem::OpenPeerFd), with
+  // no message; where that is refused, it is asked for over the socket.
+  Result<std::shared_ptr<Mapping>> MapSegment(uint32_t seg, uint64_t size, int32_t fd, uint64_t ino,
+                                              int64_t timeout_ms);
   // kPeerFailed when the peer's process has exited (its pidfd is readable).
   Status CheckAlive() const;
   // Closes the request connection and lets go of the segment mappings (a key
@@ -58,13 +62,19 @@ struct Peer {
   void CloseConnection();
 };
 
-// What a heap region's key blob says: [u32 segment][u64 offset][u64 size].
+// What a heap region's key blob says: [u32 segment][u64 offset][u64 size]
+// [i32 fd][u64 ino].
 struct KeyFields {
   uint32_t segment = 0;
   uint64_t offset = 0;  // where the region starts in the segment
   uint64_t size = 0;    // the bytes of the segment the region needs mapped
+  int32_t fd = -1;      // the owner's descriptor of the segment (-1: ask over the socket)
+  uint64_t ino = 0;     // and its inode number, checked when it is opened
 };
-// Parses an untrusted key blob for a region of len bytes: exactly 20 bytes,
+inline constexpr size_t kKeyBytes = 32;
+// The blob of KeyFields.
+std::string EncodeKey(const KeyFields& k);
+// Parses an untrusted key blob for a region of len bytes: exactly kKeyBytes,
 // and the region [offset, offset+len) inside the first `size` bytes.  Whether
 // the segment really has `size` bytes is MapSegment's check (fstat of the
 // memfd the owner passes).  `peer` names the peer in the error.

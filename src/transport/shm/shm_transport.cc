@@ -1,12 +1,10 @@
 #include "transport/shm/shm_transport.h"
 
-#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <mutex>
 #include <random>
@@ -15,6 +13,7 @@
 #include "base/auth.h"
 #include "base/copy_pool.h"
 #include "base/log.h"
+#include "base/shared_file.h"
 #include "base/socket.h"
 #include "transport/shm/cma.h"
 #include "transport/shm/fd_channel.h"
@@ -28,20 +27,6 @@
 namespace hixl::transport::shm {
 
 namespace {
-
-// ---------------------------------------------------------------- helpers
-
-std::string ReadFirstLine(const char* path) {
-  std::ifstream f(path);
-  std::string line;
-  std::getline(f, line);
-  return line;
-}
-
-uint64_t NamespaceInode(const char* path) {
-  struct stat st {};
-  return ::stat(path, &st) == 0 ? static_cast<uint64_t>(st.st_ino) : 0;
-}
 
 // -------------------------------------------------------- the transport
 
@@ -112,9 +97,10 @@ class ShmTransport final : public Transport {
       return std::string();
     }
     HIXL_RETURN_IF_ERROR(server_->AddSegment(region.segment_id, region.backing_fd, region.segment_size));
-    net::Writer w;
-    w.Put<uint32_t>(region.segment_id).Put<uint64_t>(region.segment_offset).Put<uint64_t>(region.segment_size);
-    return std::move(w.str());
+    // The heap's own descriptor, open as long as the heap: peers of this
+    // user open it through /proc, without a message (Peer::MapSegment).
+    return EncodeKey({region.segment_id, region.segment_offset, region.segment_size, region.backing_fd,
+                      sharedmem::FileInode(region.backing_fd)});
   }
 
   void DeregisterRegion(const LocalRegion& region) override {
@@ -150,7 +136,8 @@ class ShmTransport final : public Transport {
       // registered memory that is not (cross-memory attach or the relay).
       return std::shared_ptr<RemoteKey>(key);
     } else {
-      Result<std::shared_ptr<Mapping>> seg = p->MapSegment(f.segment, f.size, WaitMs(*host_));
+      Result<std::shared_ptr<Mapping>> seg =
+          p->MapSegment(f.segment, f.size, options_.procfd ? f.fd : -1, f.ino, WaitMs(*host_));
       if (!seg.ok() && (f.segment & kPromotedSegmentBit)) {
         // A promoted region deregistered meanwhile (its segment no longer
         // served), or a peer that cannot pass it: cross-memory attach, as
@@ -387,9 +374,9 @@ class ShmTransport final : public Transport {
         "shm: registered memory [{:#x}, +{}) promoted to shared memory (pages [{:#x}, {:#x}), segment {:#x}): peers on "
         "this host map it",
         region.base, region.len, pr.lo, pr.hi, pr.segment_id);
-    net::Writer w;
-    w.Put<uint32_t>(pr.segment_id).Put<uint64_t>(region.base - pr.lo).Put<uint64_t>(pr.hi - pr.lo);
-    return std::move(w.str());
+    // Asked for over the socket (fd -1): a promoted range's descriptor is
+    // closed when it is deregistered, and its number may be reused.
+    return EncodeKey({pr.segment_id, region.base - pr.lo, pr.hi - pr.lo, -1, 0});
   }
 
   Host* const host_;
@@ -423,10 +410,7 @@ class ShmTransport final : public Transport {
 
 }  // namespace
 
-std::string HostIdentity() {
-  return fmt::format("{}/net:{}/pid:{}", ReadFirstLine("/proc/sys/kernel/random/boot_id"),
-                     NamespaceInode("/proc/self/ns/net"), NamespaceInode("/proc/self/ns/pid"));
-}
+std::string HostIdentity() { return sharedmem::HostIdentity(); }
 
 Result<std::unique_ptr<Transport>> CreateShmTransport(Host* host, const Options& options) {
   HIXL_ASSIGN_OR_RETURN(const ShmOptions parsed, ParseOptions(options));
