@@ -288,9 +288,13 @@ Status Session::EnableBoard(uint32_t ids) {
   if (!allowed) return Status::Ok();  // peers ask over the control connection
   HIXL_ASSIGN_OR_RETURN(board_, TableBoard::Create(ids));
   PublishTable();
+  return Status::Ok();
+}
+
+void Session::ServeBoard() {
+  if (!board_ || rings_.joinable() || shut_down_) return;
   rings_ = std::thread([this] { ServeRings(); });
   ::pthread_setname_np(rings_.native_handle(), "hixl-board");
-  return Status::Ok();
 }
 
 void Session::ServeRings() {

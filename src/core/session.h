@@ -252,6 +252,10 @@ class Session final {
   // subscriber bits, one per peer id (a world's ranks).  Call before
   // Addresses() is published.  No board (and OK) where HIXL_SHM_PROCFD=0.
   Status EnableBoard(uint32_t ids);
+  // Starts answering peers' removals rung on the board (the `hixl-board`
+  // thread), once the door's Delegate can name its peers (PeerFor): until
+  // then a ring waits.  No-op without a board.
+  void ServeBoard();
 
   // --- local memory (this front door's regions)
   const LocalRegistry& registry() const { return registry_; }

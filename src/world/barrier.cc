@@ -41,7 +41,7 @@ size_t DisseminationBarrier::Rounds(int n) {
   return k;
 }
 
-Status DisseminationBarrier::Run() {
+Status DisseminationBarrier::Run(const BeforeSignal& before_signal) {
   std::lock_guard lock(mu_);
   const int n = opt_.size;
   if (n <= 1) return Status::Ok();
@@ -52,6 +52,7 @@ Status DisseminationBarrier::Run() {
     const int dist = static_cast<int>((uint64_t{1} << k) % static_cast<uint64_t>(n));
     const int to = (opt_.rank + dist) % n;
     const int from = (opt_.rank - dist + n) % n;
+    if (before_signal) HIXL_RETURN_IF_ERROR(before_signal(k, to));
     Status s = signal_(to, k, epoch);
     if (!s.ok()) {
       // A peer that died is the cause worth naming, whichever it is.

@@ -74,7 +74,12 @@ class DisseminationBarrier {
 
   // One barrier.  Collective over the world; calls from several threads of
   // one rank are serialised (each is one barrier).  Errors start "hixl_barrier".
-  Status Run();
+  // `before_signal`, when given, runs in each round before this rank
+  // signals its partner `to` (after the previous round's wait): what it
+  // puts to `to` is there when `to` sees the signal (a dissemination
+  // allgather); its error ends the barrier.
+  using BeforeSignal = std::function<Status(size_t round, int to)>;
+  Status Run(const BeforeSignal& before_signal = nullptr);
 
   static size_t Rounds(int n);
   static constexpr uint64_t FlagOffset(size_t round) { return round * kLine; }

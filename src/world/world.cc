@@ -253,6 +253,8 @@ Status WorldImpl::ConnectPeers() {
   for (int r = 0; r < n; ++r) {
     if (r != rank()) peer(r).Warm();
   }
+  // Every peer is known from here: removals of theirs can be answered.
+  session_->ServeBoard();
   return Status::Ok();
 }
 

@@ -3,12 +3,22 @@
 // On the data plane (once the barrier runs there): through a scratch area in
 // the first symmetric block, right after the barrier's flags, so at the same
 // address on every rank and known to every peer before the first call.  The
-// scratch has two halves used in turn, one per round.  In a round every
-// contributor writes its slot (a 16-byte header, then its bytes) into its own
-// half and puts the slot into the same place at every other rank, then all
-// run the barrier (which fences the puts first); then everyone reads its own
-// half.  A rank writes half h again only in round k+2, after the barrier of
-// round k+1, which nobody passes before everyone has read round k: the
+// scratch has two halves used in turn, one per round.  A part is a slot: a
+// 16-byte header, then its bytes.
+//  * allgather rides on the dissemination barrier (Bruck's allgather): rank
+//    r keeps rank b's part at position (r - b) mod n of its half, its own at
+//    0: the headers in an array of n at the half's start, the bytes in an
+//    array of n after it (so that a rank called with another size garbles
+//    only the bytes, never the headers that name it).  In barrier round k it
+//    puts positions [0, c) of both arrays, c = min(2^k, n - 2^k) (all it
+//    has gathered so far), to positions [2^k, 2^k + c) of its partner
+//    r + 2^k, then signals; after log2 n rounds every rank holds every
+//    part, with 2 log2 n puts instead of n - 1.
+//  * broadcast: the root writes its slot and puts it into the same place at
+//    every other rank, then all run the barrier (which fences the puts
+//    first); then everyone reads its own half.
+// A rank writes half h again only in round k+2, after the barrier of round
+// k+1, which nobody passes before everyone has finished round k: the
 // barrier is what keeps the halves apart, no reset is needed.
 //
 // The header names the round and the lengths the writer was called with, so
@@ -80,31 +90,40 @@ Status WorldImpl::Allgather(const void* send, void* recv, size_t bytes_per_rank)
                "small data such as addresses)",
                bytes_per_rank);
   }
-  const size_t stride = kHeader + Round8(bytes_per_rank);
-  if (!barrier_ || stride * static_cast<size_t>(size()) > kScratchHalf) {
-    return StoreAllgather(send, recv, bytes_per_rank);
-  }
+  const size_t n = static_cast<size_t>(size());
+  const size_t stride = Round8(bytes_per_rank);
+  if (!barrier_ || (kHeader + stride) * n > kScratchHalf) return StoreAllgather(send, recv, bytes_per_rank);
   std::lock_guard<std::mutex> lock(collective_mu_);
   const uint64_t round = collective_round_++;
   char* half = ScratchHalf(round);
-  char* mine = half + static_cast<size_t>(rank()) * stride;
+  char* data = half + n * kHeader;
   const Header h{Tag(round, bytes_per_rank), bytes_per_rank};
-  WriteSlot(mine, h, send, bytes_per_rank);
-  HIXL_RETURN_IF_ERROR(ScratchRound("hixl_allgather", mine, kHeader + bytes_per_rank, true));
-  auto* out = static_cast<char*>(recv);
-  for (int r = 0; r < size(); ++r) {
+  std::memcpy(half, &h, kHeader);  // position 0: our own
+  std::memcpy(data, send, bytes_per_rank);
+  const auto base = reinterpret_cast<uint64_t>(half);
+  auto forward = [&](size_t k, int to) -> Status {
+    const size_t dist = size_t{1} << k;
+    const size_t count = std::min(dist, n - dist);
+    HIXL_RETURN_IF_ERROR(Put(to, data, base + n * kHeader + dist * stride, count * stride));
+    return Put(to, half, base + dist * kHeader, count * kHeader);
+  };
+  Status s = Fence();
+  if (s.ok()) s = barrier_->Run(forward);
+  if (!s.ok()) return Err(s.code(), "hixl_allgather: {}", s.message());
+  // Rank b's part is at position (rank - b) mod n.
+  auto at = [&](size_t b) { return (static_cast<size_t>(rank()) + n - b) % n; };
+  for (size_t b = 0; b < n; ++b) {
     Header got;
-    if (!HeaderIs(half + static_cast<size_t>(r) * stride, h, &got)) {
+    if (!HeaderIs(half + at(b) * kHeader, h, &got)) {
       return Err(Errc::kInvalidArg,
-                 "hixl_allgather: rank {}'s part does not match this rank's call ({} bytes per rank): every rank "
+                 "hixl_allgather: rank {}'s part does not match this rank's call ({} bytes per rank{}): every rank "
                  "must call the same collectives in the same order with the same bytes_per_rank",
-                 r, bytes_per_rank);
+                 b, bytes_per_rank,
+                 (got.tag >> 24) == round + 1 ? fmt::format("; it passed {}", got.total) : std::string());
     }
   }
-  for (int r = 0; r < size(); ++r) {
-    std::memcpy(out + static_cast<size_t>(r) * bytes_per_rank, half + static_cast<size_t>(r) * stride + kHeader,
-                bytes_per_rank);
-  }
+  auto* out = static_cast<char*>(recv);
+  for (size_t b = 0; b < n; ++b) std::memcpy(out + b * bytes_per_rank, data + at(b) * stride, bytes_per_rank);
   return Status::Ok();
 }
 
