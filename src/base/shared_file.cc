@@ -63,6 +63,12 @@ uint64_t FileInode(int fd) {
   return ::fstat(fd, &st) == 0 ? static_cast<uint64_t>(st.st_ino) : 0;
 }
 
+bool Exited(int pidfd) {
+  if (pidfd < 0) return false;
+  pollfd p{pidfd, POLLIN, 0};
+  return ::poll(&p, 1, 0) > 0;
+}
+
 std::string HostIdentity() {
   return fmt::format("{}/net:{}/pid:{}", ReadFirstLine("/proc/sys/kernel/random/boot_id"),
                      NamespaceInode("/proc/self/ns/net"), NamespaceInode("/proc/self/ns/pid"));
@@ -81,12 +87,8 @@ Result<net::Fd> OpenPeerFd(int pidfd, int32_t pid, int32_t fd, uint64_t ino, con
                static_cast<uint64_t>(st.st_ino), ino);
   }
   // Opened from the process the pidfd names only if that process is still
-  // alive now: a pidfd turns readable when its process exits.
-  if (pidfd >= 0) {
-    pollfd p{pidfd, POLLIN, 0};
-    const int r = ::poll(&p, 1, 0);
-    if (r != 0) return Err(Errc::kPeerFailed, "cannot open {}: process {} has exited", what, pid);
-  }
+  // alive now.
+  if (Exited(pidfd)) return Err(Errc::kPeerFailed, "cannot open {}: process {} has exited", what, pid);
   return f;
 }
 

@@ -66,6 +66,10 @@ Result<Mapping> MapPeerFile(int fd, size_t n, const std::string& what);
 // The inode number of an open file (0 when fstat fails).
 uint64_t FileInode(int fd);
 
+// Whether the process a pidfd (pidfd_open) names has exited: its pidfd
+// turns readable then.  False for -1 (no pidfd: nothing to ask).
+bool Exited(int pidfd);
+
 // This process's host as processes that may share memory compare it: the
 // same boot, network namespace and PID namespace (so that a pid names the
 // same process on both sides).

@@ -29,20 +29,24 @@ Status PeerSession::Refresh(int64_t timeout_ms) {
   });
 }
 
+Result<RegionTable> PeerSession::ReadBoard() const {
+  HIXL_ASSIGN_OR_RETURN(std::string bytes, board_->Read());
+  Result<RegionTable> t = RegionTable::Parse(bytes);
+  if (!t.ok()) {
+    HIXL_LOG_WARN("the table board of {} holds a malformed table: {}", who_, t.status().message());
+    return Err(t.status().code(), "the table board of {} holds a malformed table ({})", who_, t.status().message());
+  }
+  return t;
+}
+
 Result<RegionTable> PeerSession::FetchTable(int64_t timeout_ms) {
   if (board_) {
     // Subscribed before the read: the owner then tells us of every removal
     // it publishes after our bit was set.
     board_->Subscribe(board_self_id_);
-    Result<std::string> bytes = board_->Read();
-    if (bytes.ok()) {
-      Result<RegionTable> t = RegionTable::Parse(bytes.value());
-      if (t.ok()) return t;
-      HIXL_LOG_WARN("the table board of {} holds a malformed table ({}); asking over the control connection", who_,
-                    t.status().message());
-    } else {
-      HIXL_LOG_DEBUG("{}; asking over the control connection", bytes.status().message());
-    }
+    Result<RegionTable> t = ReadBoard();
+    if (t.ok()) return t;
+    HIXL_LOG_DEBUG("{}; asking over the control connection", t.status().message());
   }
   auto bytes = Call(ControlMsg::kFetchTable, {}, timeout_ms);
   if (!bytes.ok()) {
@@ -84,8 +88,7 @@ Status PeerSession::AcknowledgeRemovals(int self_id, int64_t timeout_ms) {
 void PeerSession::Warm() {
   std::lock_guard lock(refresh_mu_);
   if (!board_) return;
-  Result<std::string> bytes = board_->Read();
-  Result<RegionTable> t = bytes.ok() ? RegionTable::Parse(bytes.value()) : Result<RegionTable>(bytes.status());
+  Result<RegionTable> t = ReadBoard();
   if (!t.ok()) {
     HIXL_LOG_DEBUG("not preparing {} ahead: {}", who_, t.status().message());
     return;
@@ -389,9 +392,11 @@ Status Session::RemoveRegion(uint64_t base, bool heap, std::optional<LocalRegist
   // bound.  Copied out: our own control thread (a connection to ourselves)
   // may need the lock to answer.
   std::vector<std::pair<int64_t, Subscriber>> subs;
+  std::set<int64_t> board_dropped;
   {
     std::lock_guard lock(subscribers_mu_);
     for (auto& [from, s] : subscribers_) subs.emplace_back(from, s);
+    board_dropped = board_dropped_;
   }
   // And the peers that read the board (their bits; this process's own id,
   // one the door does not know, or one dropped before is not asked): rung
@@ -405,12 +410,7 @@ Status Session::RemoveRegion(uint64_t base, bool heap, std::optional<LocalRegist
   if (board_ && delegate_) {
     for (int id : board_->Subscribers()) {
       const bool known = std::any_of(subs.begin(), subs.end(), [&](const auto& s) { return s.first == id; });
-      bool dropped = false;
-      {
-        std::lock_guard lock(subscribers_mu_);
-        dropped = board_dropped_.count(id) != 0;
-      }
-      if (id == self_id() || known || dropped) continue;
+      if (id == self_id() || known || board_dropped.count(id) != 0) continue;
       Result<std::shared_ptr<PeerSession>> peer = delegate_->PeerFor(id);
       if (peer.ok() && peer.value() && peer.value()->has_board()) {
         rung.push_back({id, std::move(peer.value())});
@@ -424,7 +424,7 @@ Status Session::RemoveRegion(uint64_t base, bool heap, std::optional<LocalRegist
   uint64_t number = 0;
   if (!rung.empty()) {
     number = board_->BeginRemoval(inv.generation);
-    for (const Rung& r : rung) r.peer->RingBoard(self_id());
+    for (const Rung& r : rung) r.peer->RingBoard(self_id());  // each has a board: checked above
   }
   std::vector<FanoutCall> calls;
   calls.reserve(subs.size());

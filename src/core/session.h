@@ -85,18 +85,15 @@ class PeerSession {
     board_self_id_ = self_id;
   }
   bool has_board() const { return board_ != nullptr; }
-  // The peer's board, read for a removal of ours that it must acknowledge:
-  // rings its doorbell as `self_id` (false without a board: ask it over the
-  // control connection instead).
-  bool RingBoard(int self_id) {
-    if (!board_) return false;
-    board_->Ring(self_id);
-    return true;
-  }
+  // A removal of ours that the peer must acknowledge: rings the doorbell on
+  // its board as `self_id` (has_board() first: without one it is asked over
+  // the control connection).
+  void RingBoard(int self_id) { board_->Ring(self_id); }
   // False once the peer's process has exited (as its board's pidfd says).
   bool BoardAlive() const { return !board_ || board_->Alive(); }
-  // The peer rang our doorbell: drops our copy of its table (all of it: the
-  // next use reads the board again), fences our transfers into it
+  // The peer rang our doorbell: drops from our copy of its table what its
+  // published table no longer holds (the same range with the same key; all
+  // of it when the table cannot be read), fences our transfers into it
   // (Quiesce), then acknowledges its latest removal on its board as
   // `self_id`.  Not acknowledged when the fence fails (the peer then reports
   // us as silent).  Called on the session's doorbell thread.
@@ -127,6 +124,8 @@ class PeerSession {
   // The table: from the board where it answers, else over the control
   // connection.  refresh_mu_ is held.
   Result<RegionTable> FetchTable(int64_t timeout_ms);
+  // The table as the board holds it (board_ set), parsed; no subscribing.
+  Result<RegionTable> ReadBoard() const;
   const int id_;
   const std::string who_;
   transport::Transport* const transport_;

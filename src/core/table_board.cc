@@ -1,7 +1,6 @@
 #include "core/table_board.h"
 
 #include <linux/futex.h>
-#include <poll.h>
 #include <sched.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -51,6 +50,12 @@ void FutexWait(uint32_t* word, uint32_t seen, int64_t timeout_ns) {
 void FutexWakeAll(uint32_t* word) {
   __atomic_fetch_add(word, 1, __ATOMIC_SEQ_CST);
   ::syscall(SYS_futex, word, FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+}
+
+// Sets bit `id` of the bit array at `at`.
+void SetBit(const sharedmem::Mapping& m, uint64_t at, int id) {
+  const uint64_t w = static_cast<uint64_t>(id) / 64;
+  __atomic_fetch_or(Word(m, at + 8 * w), uint64_t{1} << (id % 64), __ATOMIC_SEQ_CST);
 }
 
 // The set bits of `words` words at `at`, below `ids`; cleared when `take`.
@@ -113,7 +118,9 @@ void TableBoard::Publish(const std::function<std::string()>& serialize) {
   const std::string table = serialize();
   uint64_t* seq = Word(map_, kSeqAt);
   uint64_t* len = Word(map_, kLenAt);
-  const uint64_t s = __atomic_load_n(seq, __ATOMIC_RELAXED);
+  // Our own count, never read back from the board (which readers can write).
+  const uint64_t s = seq_;
+  seq_ += 2;
   __atomic_store_n(seq, s + 1, __ATOMIC_RELAXED);  // odd: being written
   __atomic_thread_fence(__ATOMIC_RELEASE);
   if (table.size() <= kBoardTableBytes) {
@@ -131,12 +138,11 @@ std::vector<int> TableBoard::Subscribers() const {
 }
 
 uint64_t TableBoard::BeginRemoval(uint64_t generation) {
-  uint64_t* gen = Word(map_, kRemovalGenAt);
-  uint64_t g = __atomic_load_n(gen, __ATOMIC_RELAXED);
-  while (g < generation &&
-         !__atomic_compare_exchange_n(gen, &g, generation, true, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED)) {
-  }
-  return __atomic_add_fetch(Word(map_, kRemovalAt), 1, __ATOMIC_SEQ_CST);
+  std::lock_guard lock(mu_);
+  removal_generation_ = std::max(removal_generation_, generation);
+  __atomic_store_n(Word(map_, kRemovalGenAt), removal_generation_, __ATOMIC_SEQ_CST);
+  __atomic_store_n(Word(map_, kRemovalAt), ++removals_, __ATOMIC_SEQ_CST);
+  return removals_;
 }
 
 std::vector<std::pair<int, Errc>> TableBoard::AwaitAcks(uint64_t number, const std::vector<int>& ids,
@@ -212,8 +218,7 @@ Result<std::unique_ptr<BoardReader>> BoardReader::Open(std::string_view address,
 
 void BoardReader::Subscribe(int id) {
   if (subscribed_ || id < 0 || static_cast<uint64_t>(id) >= addr_.ids) return;
-  const uint64_t w = static_cast<uint64_t>(id) / 64;
-  __atomic_fetch_or(Word(map_, kBitsAt + 8 * w), uint64_t{1} << (id % 64), __ATOMIC_SEQ_CST);
+  SetBit(map_, kBitsAt, id);
   subscribed_ = true;
 }
 
@@ -244,8 +249,7 @@ Result<std::string> BoardReader::Read() const {
 
 void BoardReader::Ring(int id) {
   if (id < 0 || static_cast<uint64_t>(id) >= addr_.ids) return;
-  const uint64_t w = static_cast<uint64_t>(id) / 64;
-  __atomic_fetch_or(Word(map_, RungAt(addr_.ids) + 8 * w), uint64_t{1} << (id % 64), __ATOMIC_SEQ_CST);
+  SetBit(map_, RungAt(addr_.ids), id);
   FutexWakeAll(FutexWord(map_, kBellAt));
 }
 
@@ -265,10 +269,6 @@ void BoardReader::Ack(int id, uint64_t number) {
   FutexWakeAll(FutexWord(map_, kAckBellAt));
 }
 
-bool BoardReader::Alive() const {
-  if (!pidfd_.valid()) return true;
-  pollfd p{pidfd_.get(), POLLIN, 0};
-  return ::poll(&p, 1, 0) == 0;
-}
+bool BoardReader::Alive() const { return !sharedmem::Exited(pidfd_.get()); }
 
 }  // namespace hixl::core

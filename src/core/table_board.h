@@ -104,7 +104,10 @@ class TableBoard {
   BoardAddress addr_;
   net::Fd fd_;
   sharedmem::Mapping map_;
-  std::mutex mu_;
+  std::mutex mu_;     // one publish or removal at a time; guards the counts below
+  uint64_t seq_ = 0;  // the sequence lock's count
+  uint64_t removals_ = 0;
+  uint64_t removal_generation_ = 0;
 };
 
 // A peer's board, mapped.  Thread-compatible (PeerSession serializes).

@@ -1,6 +1,5 @@
 #include "transport/shm/peer.h"
 
-#include <poll.h>
 #include <sys/stat.h>
 
 #include <cstring>
@@ -36,11 +35,7 @@ Result<KeyFields> ParseKey(std::string_view blob, uint64_t len, int peer) {
 }
 
 Status Peer::CheckAlive() const {
-  if (!pidfd.valid()) return Status::Ok();
-  pollfd p{pidfd.get(), POLLIN, 0};
-  if (::poll(&p, 1, 0) > 0 && (p.revents & POLLIN)) {
-    return Err(Errc::kPeerFailed, "rank {} (pid {}) has exited", rank, pid);
-  }
+  if (sharedmem::Exited(pidfd.get())) return Err(Errc::kPeerFailed, "rank {} (pid {}) has exited", rank, pid);
   return Status::Ok();
 }
 

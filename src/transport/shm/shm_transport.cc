@@ -37,7 +37,7 @@ class ShmTransport final : public Transport {
   ~ShmTransport() override { Shutdown(); }
 
   Status Start() {
-    host_id_ = HostIdentity();
+    host_id_ = sharedmem::HostIdentity();
     std::random_device rd;
     sock_name_ = fmt::format("hixl-{}-{:08x}{:08x}", ::getpid(), rd(), rd());
     HIXL_ASSIGN_OR_RETURN(server_, ShmServer::Start(host_, secret_, sock_name_));
@@ -409,8 +409,6 @@ class ShmTransport final : public Transport {
 };
 
 }  // namespace
-
-std::string HostIdentity() { return sharedmem::HostIdentity(); }
 
 Result<std::unique_ptr<Transport>> CreateShmTransport(Host* host, const Options& options) {
   HIXL_ASSIGN_OR_RETURN(const ShmOptions parsed, ParseOptions(options));

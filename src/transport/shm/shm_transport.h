@@ -27,7 +27,4 @@ namespace hixl::transport::shm {
 
 Result<std::unique_ptr<Transport>> CreateShmTransport(Host* host, const Options& options);
 
-// This process's host identity as the transport compares it (for tests).
-std::string HostIdentity();
-
 }  // namespace hixl::transport::shm
