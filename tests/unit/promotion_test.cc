@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/user_memory.h"
 #include "transport/shm/proc_maps.h"
 #include "transport/shm/promotion.h"
 
@@ -328,7 +329,14 @@ TEST(Promotion, WritesByAnotherThreadDuringPromotionAreKept) {
     size_t page = 0;
     for (uint64_t v = 1; !stop.load(std::memory_order_relaxed); ++v) {
       page = (page + 4099) % kPages;  // hops across the whole range
-      __atomic_store_n(reinterpret_cast<uint64_t*>(m.p + page * kPage), v, __ATOMIC_RELAXED);
+      {
+        // What orders this write after Promote's mmap is the kernel (the
+        // write waits on the userfaultfd write-protect until the shared
+        // pages are mapped), which ThreadSanitizer cannot see: it would
+        // report the write as racing with the mmap (CI of 5b2e076).
+        const base::UserMemory unseen;
+        __atomic_store_n(reinterpret_cast<uint64_t*>(m.p + page * kPage), v, __ATOMIC_RELAXED);
+      }
       last[page] = v;
       written.store(v, std::memory_order_relaxed);
     }
