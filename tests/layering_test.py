@@ -8,6 +8,7 @@ Layers, lowest first (docs/architecture.md):
   transport, bootstrap     each: base and its own folder; never each other
   core                     base, transport, bootstrap
   world, engine            core and below; never each other
+  shmem                    the world and below (the OpenSHMEM front door)
 
 Inside transport/, one transport (shm/, ucx/) does not include another; the
 transport factory (transport/transport.cc) may name them all.
@@ -28,6 +29,7 @@ ALLOWED = {
     "core": {"base", "transport", "bootstrap", "core"},
     "world": {"base", "transport", "bootstrap", "core", "world"},
     "engine": {"base", "transport", "bootstrap", "core", "engine"},
+    "shmem": {"base", "transport", "bootstrap", "core", "world", "shmem"},
 }
 # Sub-folders of transport/ that hold one transport each.
 TRANSPORTS = {"shm", "ucx"}

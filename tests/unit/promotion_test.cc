@@ -334,7 +334,7 @@ TEST(Promotion, WritesByAnotherThreadDuringPromotionAreKept) {
         // write waits on the userfaultfd write-protect until the shared
         // pages are mapped), which ThreadSanitizer cannot see: it would
         // report the write as racing with the mmap (CI of 5b2e076).
-        const base::UserMemory unseen;
+        [[maybe_unused]] const base::UserMemory unseen;
         __atomic_store_n(reinterpret_cast<uint64_t*>(m.p + page * kPage), v, __ATOMIC_RELAXED);
       }
       last[page] = v;

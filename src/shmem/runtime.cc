@@ -1,0 +1,214 @@
+#include "shmem/runtime.h"
+
+#include <link.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include <fmt/format.h>
+
+namespace hixl::shmem {
+namespace {
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// The main program's writable data: its writable PT_LOAD segment from the
+// end of the part the loader makes read-only after relocation (RELRO) to
+// the end of .bss, in whole pages.
+struct Range {
+  uint64_t lo = 0, hi = 0;
+};
+int FindData(struct dl_phdr_info* info, size_t, void* out) {
+  auto* r = static_cast<Range*>(out);
+  const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  uint64_t lo = 0, hi = 0, relro_end = 0;
+  for (int i = 0; i < info->dlpi_phnum; ++i) {
+    const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+    const uint64_t start = info->dlpi_addr + ph.p_vaddr;
+    if (ph.p_type == PT_LOAD && (ph.p_flags & PF_W) && ph.p_memsz > 0 && lo == 0) {
+      lo = start;
+      hi = start + ph.p_memsz;
+    } else if (ph.p_type == PT_GNU_RELRO) {
+      relro_end = start + ph.p_memsz;
+    }
+  }
+  if (lo != 0) {
+    lo &= ~(page - 1);
+    if (relro_end > lo && relro_end < hi) lo = relro_end & ~(page - 1);
+    r->lo = lo;
+    r->hi = (hi + page - 1) & ~(page - 1);
+  }
+  return 1;  // the first object is the main program: stop there
+}
+
+void FinalizeAtExit() {
+  State& s = S();
+  if (s.init_count > 0 && !s.finalized) Finalize("exit");
+}
+
+}  // namespace
+
+State& S() {
+  static State* s = new State;  // never destroyed: the exit hook runs after static destructors may have
+  return *s;
+}
+
+void Exit(int status) {
+  std::fflush(nullptr);
+  ::_exit(status);
+}
+
+void Fail(const char* api, const std::string& what) {
+  const State& s = S();
+  std::fprintf(stderr, "hixl shmem: PE %d: %s: %s\n", s.me, api, what.c_str());
+  Exit(1);
+}
+
+world::WorldImpl* W(const char* api) {
+  State& s = S();
+  if (s.w == nullptr || s.finalized) {
+    Fail(api, s.finalized ? "called after shmem_finalize" : "called before shmem_init (or start_pes)");
+  }
+  return s.w;
+}
+
+void CheckPe(const char* api, int pe) {
+  const State& s = S();
+  if (pe < 0 || pe >= s.npes) Fail(api, fmt::format("PE {} is outside the world of {} PEs", pe, s.npes));
+}
+
+uint64_t Remote(const void* addr, int pe) {
+  const State& s = S();
+  const auto a = reinterpret_cast<uint64_t>(addr);
+  if (a >= s.data_lo && a < s.data_hi) return s.data_base[static_cast<size_t>(pe)] + (a - s.data_lo);
+  return a;
+}
+
+bool Symmetric(const void* addr) {
+  State& s = S();
+  const auto a = reinterpret_cast<uint64_t>(addr);
+  if (a >= s.data_lo && a < s.data_hi) return true;
+  std::lock_guard lock(s.mu);
+  auto it = s.allocations.upper_bound(const_cast<void*>(addr));
+  if (it == s.allocations.begin()) return false;
+  --it;
+  const auto user = reinterpret_cast<uint64_t>(it->first);
+  return a >= user && a < user + it->second.size;
+}
+
+void WaitSlice(const char* api, const char* what, uint64_t* spins, int64_t* start_ms, int64_t* last_check_ms) {
+  // Spin a little (a peer on another core may be about to write), then
+  // yield the core: with more ranks than cores, the writer may be waiting
+  // for this one.
+  ++*spins;
+  if (*spins < 128) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+    return;
+  }
+  if (*spins % 64 != 0) {
+    ::sched_yield();
+    return;
+  }
+  const int64_t now = NowMs();
+  if (*start_ms < 0) {
+    *start_ms = *last_check_ms = now;
+    return;
+  }
+  world::WorldImpl* w = W(api);
+  if (now - *last_check_ms >= 250) {
+    *last_check_ms = now;
+    Check(api, w->DeadPeer(api));
+  }
+  if (w->timeout_ms() > 0 && now - *start_ms > w->timeout_ms()) {
+    Fail(api, fmt::format("{} did not happen within {} ms (HIXL_TIMEOUT_MS)", what, w->timeout_ms()));
+  }
+  // After a second of waiting the writer is clearly not about to write:
+  // sleep between looks rather than spin on yields.
+  if (now - *start_ms > 1000) ::usleep(200);
+}
+
+uint64_t Atomic64(const char* api, int pe, uint64_t addr, transport::AtomicOp op, uint64_t operand,
+                  uint64_t compare) {
+  CheckPe(api, pe);
+  uint64_t old = 0;
+  Check(api, W(api)->Atomic(api, pe, addr, op, operand, compare, &old));
+  return old;
+}
+
+void Init(const char* api) {
+  State& s = S();
+  if (s.finalized) Fail(api, "OpenSHMEM cannot be started again after shmem_finalize");
+  if (s.init_count++ > 0) return;
+  s.w = world::Current();
+  if (s.w == nullptr) {
+    Status st = world::InitCurrent();
+    if (!st.ok()) {
+      std::fprintf(stderr, "hixl shmem: %s: %s\n", api, st.message().c_str());
+      Exit(1);
+    }
+    s.w = world::Current();
+    s.owns_world = true;
+  }
+  s.me = s.w->rank();
+  s.npes = s.w->size();
+
+  // The runtime's block: the first allocation of every PE, so symmetric.
+  auto b = s.w->Alloc(sizeof(Block));
+  if (!b.ok()) Fail(api, "cannot allocate the runtime's symmetric block: " + b.status().message());
+  s.block = static_cast<Block*>(b.value());
+  std::memset(s.block, 0, sizeof(Block));
+
+  // Global and static variables: register the program's writable data and
+  // learn where every PE has it.
+  Range data;
+  ::dl_iterate_phdr(FindData, &data);
+  if (data.hi > data.lo) {
+    Check(api, s.w->Register(reinterpret_cast<void*>(data.lo), data.hi - data.lo));
+    s.data_lo = data.lo;
+    s.data_hi = data.hi;
+  }
+  struct Published {
+    uint64_t data_lo, data_size, block;
+  };
+  const Published mine{s.data_lo, s.data_hi - s.data_lo, reinterpret_cast<uint64_t>(s.block)};
+  std::vector<Published> all(static_cast<size_t>(s.npes));
+  Check(api, s.w->Allgather(&mine, all.data(), sizeof(Published)));
+  s.data_base.resize(all.size());
+  for (size_t pe = 0; pe < all.size(); ++pe) {
+    if (all[pe].data_size != mine.data_size || all[pe].block != mine.block) {
+      Fail(api, fmt::format("PE {} is not running the same program: its writable data is {} bytes (here {}), its "
+                            "runtime block at {:#x} (here {:#x}); OpenSHMEM needs every PE to run one program",
+                            pe, all[pe].data_size, mine.data_size, all[pe].block, mine.block));
+    }
+    s.data_base[pe] = all[pe].data_lo;
+  }
+  InitTeams();
+  static std::once_flag hook;
+  std::call_once(hook, [] { std::atexit(FinalizeAtExit); });
+  Check(api, s.w->Barrier());
+}
+
+void Finalize(const char* api) {
+  State& s = S();
+  if (s.init_count == 0 || s.finalized) return;
+  world::WorldImpl* w = s.w;
+  Check(api, w->Barrier());
+  if (s.data_hi > s.data_lo) Check(api, w->Deregister(reinterpret_cast<void*>(s.data_lo)));
+  s.finalized = true;
+  if (s.owns_world) {
+    Status st = world::FinalizeCurrent();
+    if (!st.ok()) std::fprintf(stderr, "hixl shmem: PE %d: %s: %s\n", s.me, api, st.message().c_str());
+  }
+  s.w = nullptr;
+}
+
+}  // namespace hixl::shmem

@@ -1,0 +1,115 @@
+#pragma once
+
+// The OpenSHMEM front door's runtime (include/hixl/shmem/shmem.h): the
+// process's one State on hixl's world, the translation of symmetric
+// addresses (the symmetric heap is at the same address on every PE; global
+// and static variables are at the same offset in the program's writable
+// data, which ASLR places differently on each PE), the failure path every
+// call shares, and the bounded local wait.  The calls themselves live in
+// setup.cc, rma.cc, atomics.cc, p2p.cc, teams.cc and collectives.cc.
+#include <hixl/shmem/shmem.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "transport/transport.h"
+#include "world/world.h"
+
+// A team: the world PEs it holds, in team order.  Handles are pointers to
+// these (shmem_team_t).
+struct hixl_shmem_team {
+  std::vector<int> pes;
+  int me = -1;                // this PE's index in pes
+  uint32_t slot = 0;          // its barrier words in the runtime's block (0: the world's own barrier)
+  shmem_team_config_t config{};
+  bool world = false;         // every PE, in world order
+};
+
+struct hixl_shmem_ctx {
+  shmem_team_t team = nullptr;
+  long options = 0;
+};
+
+namespace hixl::shmem {
+
+// Words of the runtime's own symmetric block (allocated at init, the first
+// allocation of the heap, so at the same address on every PE).
+inline constexpr uint32_t kTeamSlots = 256;  // team barrier words: one row per team slot
+inline constexpr uint32_t kRounds = 32;      // a dissemination barrier's rounds (2^32 PEs)
+struct Block {
+  uint64_t team_sync[kTeamSlots][kRounds];
+  uint64_t collect_count;  // what this PE contributes to the running collect (bytes)
+  uint64_t team_slot;      // the next team slot this PE offers to a split
+  uint64_t pad[6];
+};
+
+struct State {
+  world::WorldImpl* w = nullptr;
+  bool owns_world = false;  // shmem_init started the world (else hixl_init did)
+  int me = -1;
+  int npes = 0;
+  int init_count = 0;
+  bool finalized = false;
+  // The program's writable data (.data and .bss) on this PE, registered
+  // with the world; data_base[pe]: where it starts on pe.
+  uint64_t data_lo = 0;
+  uint64_t data_hi = 0;
+  std::vector<uint64_t> data_base;
+  Block* block = nullptr;
+  uint32_t next_slot = 1;
+  // Allocations of shmem_malloc and friends: user pointer -> (base, size).
+  struct Allocation {
+    void* base;
+    size_t size;
+  };
+  std::mutex mu;
+  std::map<void*, Allocation> allocations;
+};
+
+State& S();
+
+// The world, or the not-initialised failure for api.
+world::WorldImpl* W(const char* api);
+// Prints "hixl shmem: PE p: api: what" on stderr and ends the job as
+// shmem_global_exit(1) does.
+[[noreturn]] void Fail(const char* api, const std::string& what);
+inline void Check(const char* api, const Status& s) {
+  if (!s.ok()) Fail(api, s.message());
+}
+[[noreturn]] void Exit(int status);
+void CheckPe(const char* api, int pe);
+// Where pe holds the symmetric object this PE holds at addr.
+uint64_t Remote(const void* addr, int pe);
+bool Symmetric(const void* addr);
+
+// Blocks until done() holds: spins briefly, then yields; asks the world
+// whether a peer died every few hundred milliseconds; fails after
+// HIXL_TIMEOUT_MS.  what names the wait in the failure.
+template <typename Done>
+void WaitFor(const char* api, const char* what, Done done);
+void WaitSlice(const char* api, const char* what, uint64_t* spins, int64_t* start_ms, int64_t* last_check_ms);
+
+template <typename Done>
+void WaitFor(const char* api, const char* what, Done done) {
+  uint64_t spins = 0;
+  int64_t start = -1, last = -1;
+  while (!done()) WaitSlice(api, what, &spins, &start, &last);
+}
+
+// The world's atomics on pe's 64-bit word at remote address addr.
+uint64_t Atomic64(const char* api, int pe, uint64_t addr, transport::AtomicOp op, uint64_t operand,
+                  uint64_t compare = 0);
+
+// Init and finalize, shared by shmem_init, start_pes and the exit hook.
+void Init(const char* api);
+void Finalize(const char* api);
+// SHMEM_TEAM_WORLD and SHMEM_TEAM_SHARED for this world (teams.cc).
+void InitTeams();
+
+}  // namespace hixl::shmem
