@@ -14,6 +14,7 @@ struct Group {
   std::vector<int> pes;      // world PEs, in the group's order
   int me = -1;               // this PE's index in pes
   uint64_t* sync = nullptr;  // kRounds barrier words (this PE's address), or null: the world's own barrier
+  uint64_t* flag = nullptr;  // counts the parts peers have delivered (broadcast, fcollect, alltoall)
 
   int size() const { return static_cast<int>(pes.size()); }
 };

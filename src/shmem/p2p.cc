@@ -17,20 +17,13 @@ T Load(const T* p) {
 template <typename T>
 bool Compare(const char* api, T a, int cmp, T b) {
   switch (cmp) {
-    case SHMEM_CMP_EQ:
-      return a == b;
-    case SHMEM_CMP_NE:
-      return a != b;
-    case SHMEM_CMP_GT:
-      return a > b;
-    case SHMEM_CMP_GE:
-      return a >= b;
-    case SHMEM_CMP_LT:
-      return a < b;
-    case SHMEM_CMP_LE:
-      return a <= b;
-    default:
-      Fail(api, fmt::format("unknown comparison {}", cmp));
+    case SHMEM_CMP_EQ: return a == b;
+    case SHMEM_CMP_NE: return a != b;
+    case SHMEM_CMP_GT: return a > b;
+    case SHMEM_CMP_GE: return a >= b;
+    case SHMEM_CMP_LT: return a < b;
+    case SHMEM_CMP_LE: return a <= b;
+    default: Fail(api, fmt::format("unknown comparison {}", cmp));
   }
 }
 
@@ -116,12 +109,12 @@ size_t WaitSome(const char* api, T* ivars, size_t n, size_t* indices, const int*
 }  // namespace
 }  // namespace hixl::shmem
 
-using hixl::shmem::W;
 using hixl::shmem::AllMet;
 using hixl::shmem::AnyMet;
 using hixl::shmem::Compare;
 using hixl::shmem::Load;
 using hixl::shmem::SomeMet;
+using hixl::shmem::W;
 using hixl::shmem::WaitAll;
 using hixl::shmem::WaitAny;
 using hixl::shmem::WaitSome;
@@ -129,67 +122,64 @@ using hixl::shmem::WaitUntil;
 
 extern "C" {
 
-#define HIXL_SHMEM_DEF_P2P(T, N)                                                                              \
-  void shmem_##N##_wait_until(T* ivar, int cmp, T cmp_value) {                                                \
-    WaitUntil<T>("shmem_" #N "_wait_until", ivar, cmp, cmp_value);                                            \
-  }                                                                                                           \
-  size_t shmem_##N##_wait_until_all(T* ivars, size_t nelems, const int* status, int cmp, T cmp_value) {       \
-    WaitAll<T>("shmem_" #N "_wait_until_all", ivars, nelems, status, cmp, nullptr, cmp_value);                \
-    return 0;                                                                                                 \
-  }                                                                                                           \
-  size_t shmem_##N##_wait_until_any(T* ivars, size_t nelems, const int* status, int cmp, T cmp_value) {       \
-    return WaitAny<T>("shmem_" #N "_wait_until_any", ivars, nelems, status, cmp, nullptr, cmp_value);         \
-  }                                                                                                           \
-  size_t shmem_##N##_wait_until_some(T* ivars, size_t nelems, size_t* indices, const int* status, int cmp,    \
-                                     T cmp_value) {                                                           \
-    return WaitSome<T>("shmem_" #N "_wait_until_some", ivars, nelems, indices, status, cmp, nullptr,          \
-                       cmp_value);                                                                            \
-  }                                                                                                           \
-  void shmem_##N##_wait_until_all_vector(T* ivars, size_t nelems, const int* status, int cmp, T* cmp_values) { \
-    WaitAll<T>("shmem_" #N "_wait_until_all_vector", ivars, nelems, status, cmp, cmp_values, static_cast<T>(0));            \
-  }                                                                                                           \
-  size_t shmem_##N##_wait_until_any_vector(T* ivars, size_t nelems, const int* status, int cmp,               \
-                                           T* cmp_values) {                                                   \
-    return WaitAny<T>("shmem_" #N "_wait_until_any_vector", ivars, nelems, status, cmp, cmp_values, static_cast<T>(0));     \
-  }                                                                                                           \
-  size_t shmem_##N##_wait_until_some_vector(T* ivars, size_t nelems, size_t* indices, const int* status,      \
-                                            int cmp, T* cmp_values) {                                         \
-    return WaitSome<T>("shmem_" #N "_wait_until_some_vector", ivars, nelems, indices, status, cmp,            \
-                       cmp_values, static_cast<T>(0));                                                                      \
-  }                                                                                                           \
-  int shmem_##N##_test(T* ivar, int cmp, T cmp_value) {                                                       \
-    (void)W("shmem_" #N "_test");                                                                             \
-    return Compare("shmem_" #N "_test", Load(ivar), cmp, cmp_value) ? 1 : 0;                                  \
-  }                                                                                                           \
-  int shmem_##N##_test_all(T* ivars, size_t nelems, const int* status, int cmp, T cmp_value) {                \
-    (void)W("shmem_" #N "_test_all");                                                                         \
-    return AllMet<T>("shmem_" #N "_test_all", ivars, nelems, status, cmp, nullptr, cmp_value) ? 1 : 0;        \
-  }                                                                                                           \
-  size_t shmem_##N##_test_any(T* ivars, size_t nelems, const int* status, int cmp, T cmp_value) {             \
-    (void)W("shmem_" #N "_test_any");                                                                         \
-    return AnyMet<T>("shmem_" #N "_test_any", ivars, nelems, status, cmp, nullptr, cmp_value);                \
-  }                                                                                                           \
-  size_t shmem_##N##_test_some(T* ivars, size_t nelems, size_t* indices, const int* status, int cmp,          \
-                               T cmp_value) {                                                                 \
-    (void)W("shmem_" #N "_test_some");                                                                        \
-    return SomeMet<T>("shmem_" #N "_test_some", ivars, nelems, indices, status, cmp, nullptr, cmp_value);     \
-  }                                                                                                           \
-  int shmem_##N##_test_all_vector(T* ivars, size_t nelems, const int* status, int cmp, T* cmp_values) {       \
-    (void)W("shmem_" #N "_test_all_vector");                                                                  \
-    return AllMet<T>("shmem_" #N "_test_all_vector", ivars, nelems, status, cmp, cmp_values, static_cast<T>(0)) ? 1 : 0;    \
-  }                                                                                                           \
-  size_t shmem_##N##_test_any_vector(T* ivars, size_t nelems, const int* status, int cmp, T* cmp_values) {    \
-    (void)W("shmem_" #N "_test_any_vector");                                                                  \
-    return AnyMet<T>("shmem_" #N "_test_any_vector", ivars, nelems, status, cmp, cmp_values, static_cast<T>(0));            \
-  }                                                                                                           \
-  size_t shmem_##N##_test_some_vector(T* ivars, size_t nelems, size_t* indices, const int* status, int cmp,   \
-                                      T* cmp_values) {                                                        \
-    (void)W("shmem_" #N "_test_some_vector");                                                                 \
-    return SomeMet<T>("shmem_" #N "_test_some_vector", ivars, nelems, indices, status, cmp, cmp_values, static_cast<T>(0)); \
-  }                                                                                                           \
-  void shmem_##N##_wait(T* ivar, T cmp_value) {                                                               \
-    WaitUntil<T>("shmem_" #N "_wait", ivar, SHMEM_CMP_NE, cmp_value);                                         \
-  }
+#define HIXL_SHMEM_DEF_P2P(T, N)                                                                                     \
+  void shmem_##N##_wait_until(T* ivar, int cmp, T cmp_value) {                                                       \
+    WaitUntil<T>("shmem_" #N "_wait_until", ivar, cmp, cmp_value);                                                   \
+  }                                                                                                                  \
+  void shmem_##N##_wait_until_all(T* ivars, size_t nelems, const int* status, int cmp, T cmp_value) {                \
+    WaitAll<T>("shmem_" #N "_wait_until_all", ivars, nelems, status, cmp, nullptr, cmp_value);                       \
+  }                                                                                                                  \
+  size_t shmem_##N##_wait_until_any(T* ivars, size_t nelems, const int* status, int cmp, T cmp_value) {              \
+    return WaitAny<T>("shmem_" #N "_wait_until_any", ivars, nelems, status, cmp, nullptr, cmp_value);                \
+  }                                                                                                                  \
+  size_t shmem_##N##_wait_until_some(T* ivars, size_t nelems, size_t* indices, const int* status, int cmp,           \
+                                     T cmp_value) {                                                                  \
+    return WaitSome<T>("shmem_" #N "_wait_until_some", ivars, nelems, indices, status, cmp, nullptr, cmp_value);     \
+  }                                                                                                                  \
+  void shmem_##N##_wait_until_all_vector(T* ivars, size_t nelems, const int* status, int cmp, T* cmp_values) {       \
+    WaitAll<T>("shmem_" #N "_wait_until_all_vector", ivars, nelems, status, cmp, cmp_values, static_cast<T>(0));     \
+  }                                                                                                                  \
+  size_t shmem_##N##_wait_until_any_vector(T* ivars, size_t nelems, const int* status, int cmp, T* cmp_values) {     \
+    return WaitAny<T>("shmem_" #N "_wait_until_any_vector", ivars, nelems, status, cmp, cmp_values,                  \
+                      static_cast<T>(0));                                                                            \
+  }                                                                                                                  \
+  size_t shmem_##N##_wait_until_some_vector(T* ivars, size_t nelems, size_t* indices, const int* status, int cmp,    \
+                                            T* cmp_values) {                                                         \
+    return WaitSome<T>("shmem_" #N "_wait_until_some_vector", ivars, nelems, indices, status, cmp, cmp_values,       \
+                       static_cast<T>(0));                                                                           \
+  }                                                                                                                  \
+  int shmem_##N##_test(T* ivar, int cmp, T cmp_value) {                                                              \
+    (void)W("shmem_" #N "_test");                                                                                    \
+    return Compare("shmem_" #N "_test", Load(ivar), cmp, cmp_value) ? 1 : 0;                                         \
+  }                                                                                                                  \
+  int shmem_##N##_test_all(T* ivars, size_t nelems, const int* status, int cmp, T cmp_value) {                       \
+    (void)W("shmem_" #N "_test_all");                                                                                \
+    return AllMet<T>("shmem_" #N "_test_all", ivars, nelems, status, cmp, nullptr, cmp_value) ? 1 : 0;               \
+  }                                                                                                                  \
+  size_t shmem_##N##_test_any(T* ivars, size_t nelems, const int* status, int cmp, T cmp_value) {                    \
+    (void)W("shmem_" #N "_test_any");                                                                                \
+    return AnyMet<T>("shmem_" #N "_test_any", ivars, nelems, status, cmp, nullptr, cmp_value);                       \
+  }                                                                                                                  \
+  size_t shmem_##N##_test_some(T* ivars, size_t nelems, size_t* indices, const int* status, int cmp, T cmp_value) {  \
+    (void)W("shmem_" #N "_test_some");                                                                               \
+    return SomeMet<T>("shmem_" #N "_test_some", ivars, nelems, indices, status, cmp, nullptr, cmp_value);            \
+  }                                                                                                                  \
+  int shmem_##N##_test_all_vector(T* ivars, size_t nelems, const int* status, int cmp, T* cmp_values) {              \
+    (void)W("shmem_" #N "_test_all_vector");                                                                         \
+    return AllMet<T>("shmem_" #N "_test_all_vector", ivars, nelems, status, cmp, cmp_values, static_cast<T>(0)) ? 1  \
+                                                                                                                : 0; \
+  }                                                                                                                  \
+  size_t shmem_##N##_test_any_vector(T* ivars, size_t nelems, const int* status, int cmp, T* cmp_values) {           \
+    (void)W("shmem_" #N "_test_any_vector");                                                                         \
+    return AnyMet<T>("shmem_" #N "_test_any_vector", ivars, nelems, status, cmp, cmp_values, static_cast<T>(0));     \
+  }                                                                                                                  \
+  size_t shmem_##N##_test_some_vector(T* ivars, size_t nelems, size_t* indices, const int* status, int cmp,          \
+                                      T* cmp_values) {                                                               \
+    (void)W("shmem_" #N "_test_some_vector");                                                                        \
+    return SomeMet<T>("shmem_" #N "_test_some_vector", ivars, nelems, indices, status, cmp, cmp_values,              \
+                      static_cast<T>(0));                                                                            \
+  }                                                                                                                  \
+  void shmem_##N##_wait(T* ivar, T cmp_value) { WaitUntil<T>("shmem_" #N "_wait", ivar, SHMEM_CMP_NE, cmp_value); }
 HIXL_SHMEM_P2P_TYPES(HIXL_SHMEM_DEF_P2P)
 
 void shmem_wait(long* ivar, long cmp_value) { WaitUntil<long>("shmem_wait", ivar, SHMEM_CMP_NE, cmp_value); }

@@ -1,7 +1,8 @@
 // OpenSHMEM RMA, signals, fence and quiet (shmem.h) on the world's put and
 // get.  A blocking put returns once its source may be reused and a blocking
 // get once its data is here: both complete the transfer before returning
-// (the world's fence); the _nbi forms leave it to shmem_quiet.
+// (the world's fence, where the transport has not done so by the time it
+// returns); the _nbi forms leave it to shmem_quiet.
 #include <cstring>
 
 #include <fmt/format.h>
@@ -16,7 +17,7 @@ void Put(const char* api, void* dest, const void* source, size_t bytes, int pe, 
   CheckPe(api, pe);
   if (bytes == 0) return;
   Check(api, w->Put(pe, source, Remote(dest, pe), bytes));
-  if (complete) Check(api, w->Fence());
+  if (complete && !S().synchronous[static_cast<size_t>(pe)]) Check(api, w->Fence());
 }
 
 void Get(const char* api, void* dest, const void* source, size_t bytes, int pe, bool complete) {
@@ -24,13 +25,13 @@ void Get(const char* api, void* dest, const void* source, size_t bytes, int pe, 
   CheckPe(api, pe);
   if (bytes == 0) return;
   Check(api, w->Get(pe, Remote(source, pe), dest, bytes));
-  if (complete) Check(api, w->Fence());
+  if (complete && !S().synchronous[static_cast<size_t>(pe)]) Check(api, w->Fence());
 }
 
 // Strided: element i of the target at i * tst, of the source at i * sst
 // (strides in elements).
-void Strided(const char* api, bool put, char* dest, const char* source, ptrdiff_t dst, ptrdiff_t sst,
-             size_t nelems, size_t elem, int pe) {
+void Strided(const char* api, bool put, char* dest, const char* source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems,
+             size_t elem, int pe) {
   world::WorldImpl* w = W(api);
   CheckPe(api, pe);
   if (nelems == 0) return;
@@ -39,7 +40,7 @@ void Strided(const char* api, bool put, char* dest, const char* source, ptrdiff_
     const char* s = source + static_cast<ptrdiff_t>(i) * sst * static_cast<ptrdiff_t>(elem);
     Check(api, put ? w->Put(pe, s, Remote(d, pe), elem) : w->Get(pe, Remote(s, pe), d, elem));
   }
-  Check(api, w->Fence());
+  if (!S().synchronous[static_cast<size_t>(pe)]) Check(api, w->Fence());
 }
 
 void PutSignal(const char* api, void* dest, const void* source, size_t bytes, uint64_t* sig_addr, uint64_t signal,
@@ -51,149 +52,147 @@ void PutSignal(const char* api, void* dest, const void* source, size_t bytes, ui
   }
   // SHMEM_SIGNAL_SET/ADD are hixl's HIXL_SIGNAL_SET/ADD.
   Check(api, w->PutSignal(pe, source, Remote(dest, pe), bytes, Remote(sig_addr, pe), signal, sig_op));
-  if (complete) Check(api, w->Fence());
+  if (complete && !S().synchronous[static_cast<size_t>(pe)]) Check(api, w->Fence());
 }
 
 }  // namespace
 }  // namespace hixl::shmem
 
 using hixl::shmem::Get;
-using hixl::shmem::W;
 using hixl::shmem::Put;
 using hixl::shmem::PutSignal;
 using hixl::shmem::Strided;
+using hixl::shmem::W;
 
 extern "C" {
 
-#define HIXL_SHMEM_DEF_RMA(T, N)                                                                               \
-  void shmem_##N##_put(T* dest, const T* source, size_t nelems, int pe) {                                      \
-    Put("shmem_" #N "_put", dest, source, nelems * sizeof(T), pe, true);                                       \
-  }                                                                                                            \
-  void shmem_ctx_##N##_put(shmem_ctx_t, T* dest, const T* source, size_t nelems, int pe) {                     \
-    Put("shmem_ctx_" #N "_put", dest, source, nelems * sizeof(T), pe, true);                                   \
-  }                                                                                                            \
-  void shmem_##N##_put_nbi(T* dest, const T* source, size_t nelems, int pe) {                                  \
-    Put("shmem_" #N "_put_nbi", dest, source, nelems * sizeof(T), pe, false);                                  \
-  }                                                                                                            \
-  void shmem_ctx_##N##_put_nbi(shmem_ctx_t, T* dest, const T* source, size_t nelems, int pe) {                 \
-    Put("shmem_ctx_" #N "_put_nbi", dest, source, nelems * sizeof(T), pe, false);                              \
-  }                                                                                                            \
-  void shmem_##N##_get(T* dest, const T* source, size_t nelems, int pe) {                                      \
-    Get("shmem_" #N "_get", dest, source, nelems * sizeof(T), pe, true);                                       \
-  }                                                                                                            \
-  void shmem_ctx_##N##_get(shmem_ctx_t, T* dest, const T* source, size_t nelems, int pe) {                     \
-    Get("shmem_ctx_" #N "_get", dest, source, nelems * sizeof(T), pe, true);                                   \
-  }                                                                                                            \
-  void shmem_##N##_get_nbi(T* dest, const T* source, size_t nelems, int pe) {                                  \
-    Get("shmem_" #N "_get_nbi", dest, source, nelems * sizeof(T), pe, false);                                  \
-  }                                                                                                            \
-  void shmem_ctx_##N##_get_nbi(shmem_ctx_t, T* dest, const T* source, size_t nelems, int pe) {                 \
-    Get("shmem_ctx_" #N "_get_nbi", dest, source, nelems * sizeof(T), pe, false);                              \
-  }                                                                                                            \
-  void shmem_##N##_p(T* dest, T value, int pe) { Put("shmem_" #N "_p", dest, &value, sizeof(T), pe, true); }   \
-  void shmem_ctx_##N##_p(shmem_ctx_t, T* dest, T value, int pe) {                                              \
-    Put("shmem_ctx_" #N "_p", dest, &value, sizeof(T), pe, true);                                              \
-  }                                                                                                            \
-  T shmem_##N##_g(const T* source, int pe) {                                                                   \
-    T value;                                                                                                   \
-    Get("shmem_" #N "_g", &value, source, sizeof(T), pe, true);                                                \
-    return value;                                                                                              \
-  }                                                                                                            \
-  T shmem_ctx_##N##_g(shmem_ctx_t, const T* source, int pe) {                                                  \
-    T value;                                                                                                   \
-    Get("shmem_ctx_" #N "_g", &value, source, sizeof(T), pe, true);                                            \
-    return value;                                                                                              \
-  }                                                                                                            \
-  void shmem_##N##_iput(T* dest, const T* source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) {       \
-    Strided("shmem_" #N "_iput", true, reinterpret_cast<char*>(dest), reinterpret_cast<const char*>(source),   \
-            dst, sst, nelems, sizeof(T), pe);                                                                  \
-  }                                                                                                            \
-  void shmem_ctx_##N##_iput(shmem_ctx_t, T* dest, const T* source, ptrdiff_t dst, ptrdiff_t sst,               \
-                            size_t nelems, int pe) {                                                           \
-    Strided("shmem_ctx_" #N "_iput", true, reinterpret_cast<char*>(dest),                                      \
-            reinterpret_cast<const char*>(source), dst, sst, nelems, sizeof(T), pe);                           \
-  }                                                                                                            \
-  void shmem_##N##_iget(T* dest, const T* source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) {       \
-    Strided("shmem_" #N "_iget", false, reinterpret_cast<char*>(dest), reinterpret_cast<const char*>(source),  \
-            dst, sst, nelems, sizeof(T), pe);                                                                  \
-  }                                                                                                            \
-  void shmem_ctx_##N##_iget(shmem_ctx_t, T* dest, const T* source, ptrdiff_t dst, ptrdiff_t sst,               \
-                            size_t nelems, int pe) {                                                           \
-    Strided("shmem_ctx_" #N "_iget", false, reinterpret_cast<char*>(dest),                                     \
-            reinterpret_cast<const char*>(source), dst, sst, nelems, sizeof(T), pe);                           \
-  }                                                                                                            \
-  void shmem_##N##_put_signal(T* dest, const T* source, size_t nelems, uint64_t* sig_addr, uint64_t signal,    \
-                              int sig_op, int pe) {                                                            \
-    PutSignal("shmem_" #N "_put_signal", dest, source, nelems * sizeof(T), sig_addr, signal, sig_op, pe, true); \
-  }                                                                                                            \
-  void shmem_ctx_##N##_put_signal(shmem_ctx_t, T* dest, const T* source, size_t nelems, uint64_t* sig_addr,    \
-                                  uint64_t signal, int sig_op, int pe) {                                       \
-    PutSignal("shmem_ctx_" #N "_put_signal", dest, source, nelems * sizeof(T), sig_addr, signal, sig_op, pe,   \
-              true);                                                                                           \
-  }                                                                                                            \
-  void shmem_##N##_put_signal_nbi(T* dest, const T* source, size_t nelems, uint64_t* sig_addr,                 \
-                                  uint64_t signal, int sig_op, int pe) {                                       \
-    PutSignal("shmem_" #N "_put_signal_nbi", dest, source, nelems * sizeof(T), sig_addr, signal, sig_op, pe,   \
-              false);                                                                                          \
-  }                                                                                                            \
-  void shmem_ctx_##N##_put_signal_nbi(shmem_ctx_t, T* dest, const T* source, size_t nelems,                    \
-                                      uint64_t* sig_addr, uint64_t signal, int sig_op, int pe) {               \
-    PutSignal("shmem_ctx_" #N "_put_signal_nbi", dest, source, nelems * sizeof(T), sig_addr, signal, sig_op,   \
-              pe, false);                                                                                      \
+#define HIXL_SHMEM_DEF_RMA(T, N)                                                                                       \
+  void shmem_##N##_put(T* dest, const T* source, size_t nelems, int pe) {                                              \
+    Put("shmem_" #N "_put", dest, source, nelems * sizeof(T), pe, true);                                               \
+  }                                                                                                                    \
+  void shmem_ctx_##N##_put(shmem_ctx_t ctx, T* dest, const T* source, size_t nelems, int pe) {                         \
+    Put("shmem_ctx_" #N "_put", dest, source, nelems * sizeof(T), hixl::shmem::CtxPe(ctx, pe), true);                  \
+  }                                                                                                                    \
+  void shmem_##N##_put_nbi(T* dest, const T* source, size_t nelems, int pe) {                                          \
+    Put("shmem_" #N "_put_nbi", dest, source, nelems * sizeof(T), pe, false);                                          \
+  }                                                                                                                    \
+  void shmem_ctx_##N##_put_nbi(shmem_ctx_t ctx, T* dest, const T* source, size_t nelems, int pe) {                     \
+    Put("shmem_ctx_" #N "_put_nbi", dest, source, nelems * sizeof(T), hixl::shmem::CtxPe(ctx, pe), false);             \
+  }                                                                                                                    \
+  void shmem_##N##_get(T* dest, const T* source, size_t nelems, int pe) {                                              \
+    Get("shmem_" #N "_get", dest, source, nelems * sizeof(T), pe, true);                                               \
+  }                                                                                                                    \
+  void shmem_ctx_##N##_get(shmem_ctx_t ctx, T* dest, const T* source, size_t nelems, int pe) {                         \
+    Get("shmem_ctx_" #N "_get", dest, source, nelems * sizeof(T), hixl::shmem::CtxPe(ctx, pe), true);                  \
+  }                                                                                                                    \
+  void shmem_##N##_get_nbi(T* dest, const T* source, size_t nelems, int pe) {                                          \
+    Get("shmem_" #N "_get_nbi", dest, source, nelems * sizeof(T), pe, false);                                          \
+  }                                                                                                                    \
+  void shmem_ctx_##N##_get_nbi(shmem_ctx_t ctx, T* dest, const T* source, size_t nelems, int pe) {                     \
+    Get("shmem_ctx_" #N "_get_nbi", dest, source, nelems * sizeof(T), hixl::shmem::CtxPe(ctx, pe), false);             \
+  }                                                                                                                    \
+  void shmem_##N##_p(T* dest, T value, int pe) { Put("shmem_" #N "_p", dest, &value, sizeof(T), pe, true); }           \
+  void shmem_ctx_##N##_p(shmem_ctx_t ctx, T* dest, T value, int pe) {                                                  \
+    Put("shmem_ctx_" #N "_p", dest, &value, sizeof(T), hixl::shmem::CtxPe(ctx, pe), true);                             \
+  }                                                                                                                    \
+  T shmem_##N##_g(const T* source, int pe) {                                                                           \
+    T value;                                                                                                           \
+    Get("shmem_" #N "_g", &value, source, sizeof(T), pe, true);                                                        \
+    return value;                                                                                                      \
+  }                                                                                                                    \
+  T shmem_ctx_##N##_g(shmem_ctx_t ctx, const T* source, int pe) {                                                      \
+    T value;                                                                                                           \
+    Get("shmem_ctx_" #N "_g", &value, source, sizeof(T), hixl::shmem::CtxPe(ctx, pe), true);                           \
+    return value;                                                                                                      \
+  }                                                                                                                    \
+  void shmem_##N##_iput(T* dest, const T* source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) {               \
+    Strided("shmem_" #N "_iput", true, reinterpret_cast<char*>(dest), reinterpret_cast<const char*>(source), dst, sst, \
+            nelems, sizeof(T), pe);                                                                                    \
+  }                                                                                                                    \
+  void shmem_ctx_##N##_iput(shmem_ctx_t ctx, T* dest, const T* source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems,    \
+                            int pe) {                                                                                  \
+    Strided("shmem_ctx_" #N "_iput", true, reinterpret_cast<char*>(dest), reinterpret_cast<const char*>(source), dst,  \
+            sst, nelems, sizeof(T), hixl::shmem::CtxPe(ctx, pe));                                                      \
+  }                                                                                                                    \
+  void shmem_##N##_iget(T* dest, const T* source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) {               \
+    Strided("shmem_" #N "_iget", false, reinterpret_cast<char*>(dest), reinterpret_cast<const char*>(source), dst,     \
+            sst, nelems, sizeof(T), pe);                                                                               \
+  }                                                                                                                    \
+  void shmem_ctx_##N##_iget(shmem_ctx_t ctx, T* dest, const T* source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems,    \
+                            int pe) {                                                                                  \
+    Strided("shmem_ctx_" #N "_iget", false, reinterpret_cast<char*>(dest), reinterpret_cast<const char*>(source), dst, \
+            sst, nelems, sizeof(T), hixl::shmem::CtxPe(ctx, pe));                                                      \
+  }                                                                                                                    \
+  void shmem_##N##_put_signal(T* dest, const T* source, size_t nelems, uint64_t* sig_addr, uint64_t signal,            \
+                              int sig_op, int pe) {                                                                    \
+    PutSignal("shmem_" #N "_put_signal", dest, source, nelems * sizeof(T), sig_addr, signal, sig_op, pe, true);        \
+  }                                                                                                                    \
+  void shmem_ctx_##N##_put_signal(shmem_ctx_t ctx, T* dest, const T* source, size_t nelems, uint64_t* sig_addr,        \
+                                  uint64_t signal, int sig_op, int pe) {                                               \
+    PutSignal("shmem_ctx_" #N "_put_signal", dest, source, nelems * sizeof(T), sig_addr, signal, sig_op,               \
+              hixl::shmem::CtxPe(ctx, pe), true);                                                                      \
+  }                                                                                                                    \
+  void shmem_##N##_put_signal_nbi(T* dest, const T* source, size_t nelems, uint64_t* sig_addr, uint64_t signal,        \
+                                  int sig_op, int pe) {                                                                \
+    PutSignal("shmem_" #N "_put_signal_nbi", dest, source, nelems * sizeof(T), sig_addr, signal, sig_op, pe, false);   \
+  }                                                                                                                    \
+  void shmem_ctx_##N##_put_signal_nbi(shmem_ctx_t ctx, T* dest, const T* source, size_t nelems, uint64_t* sig_addr,    \
+                                      uint64_t signal, int sig_op, int pe) {                                           \
+    PutSignal("shmem_ctx_" #N "_put_signal_nbi", dest, source, nelems * sizeof(T), sig_addr, signal, sig_op,           \
+              hixl::shmem::CtxPe(ctx, pe), false);                                                                     \
   }
 HIXL_SHMEM_RMA_TYPES(HIXL_SHMEM_DEF_RMA)
 
-#define HIXL_SHMEM_DEF_SIZED_N(BITS, BYTES)                                                                    \
-  void shmem_put##BITS(void* dest, const void* source, size_t nelems, int pe) {                                \
-    Put("shmem_put" #BITS, dest, source, nelems * (BYTES), pe, true);                                          \
-  }                                                                                                            \
-  void shmem_ctx_put##BITS(shmem_ctx_t, void* dest, const void* source, size_t nelems, int pe) {               \
-    Put("shmem_ctx_put" #BITS, dest, source, nelems * (BYTES), pe, true);                                      \
-  }                                                                                                            \
-  void shmem_put##BITS##_nbi(void* dest, const void* source, size_t nelems, int pe) {                          \
-    Put("shmem_put" #BITS "_nbi", dest, source, nelems * (BYTES), pe, false);                                  \
-  }                                                                                                            \
-  void shmem_ctx_put##BITS##_nbi(shmem_ctx_t, void* dest, const void* source, size_t nelems, int pe) {         \
-    Put("shmem_ctx_put" #BITS "_nbi", dest, source, nelems * (BYTES), pe, false);                              \
-  }                                                                                                            \
-  void shmem_get##BITS(void* dest, const void* source, size_t nelems, int pe) {                                \
-    Get("shmem_get" #BITS, dest, source, nelems * (BYTES), pe, true);                                          \
-  }                                                                                                            \
-  void shmem_ctx_get##BITS(shmem_ctx_t, void* dest, const void* source, size_t nelems, int pe) {               \
-    Get("shmem_ctx_get" #BITS, dest, source, nelems * (BYTES), pe, true);                                      \
-  }                                                                                                            \
-  void shmem_get##BITS##_nbi(void* dest, const void* source, size_t nelems, int pe) {                          \
-    Get("shmem_get" #BITS "_nbi", dest, source, nelems * (BYTES), pe, false);                                  \
-  }                                                                                                            \
-  void shmem_ctx_get##BITS##_nbi(shmem_ctx_t, void* dest, const void* source, size_t nelems, int pe) {         \
-    Get("shmem_ctx_get" #BITS "_nbi", dest, source, nelems * (BYTES), pe, false);                              \
-  }                                                                                                            \
-  void shmem_iput##BITS(void* dest, const void* source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { \
-    Strided("shmem_iput" #BITS, true, static_cast<char*>(dest), static_cast<const char*>(source), dst, sst,    \
-            nelems, (BYTES), pe);                                                                              \
-  }                                                                                                            \
-  void shmem_ctx_iput##BITS(shmem_ctx_t, void* dest, const void* source, ptrdiff_t dst, ptrdiff_t sst,         \
-                            size_t nelems, int pe) {                                                           \
-    Strided("shmem_ctx_iput" #BITS, true, static_cast<char*>(dest), static_cast<const char*>(source), dst,     \
-            sst, nelems, (BYTES), pe);                                                                         \
-  }                                                                                                            \
-  void shmem_iget##BITS(void* dest, const void* source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) { \
-    Strided("shmem_iget" #BITS, false, static_cast<char*>(dest), static_cast<const char*>(source), dst, sst,   \
-            nelems, (BYTES), pe);                                                                              \
-  }                                                                                                            \
-  void shmem_ctx_iget##BITS(shmem_ctx_t, void* dest, const void* source, ptrdiff_t dst, ptrdiff_t sst,         \
-                            size_t nelems, int pe) {                                                           \
-    Strided("shmem_ctx_iget" #BITS, false, static_cast<char*>(dest), static_cast<const char*>(source), dst,    \
-            sst, nelems, (BYTES), pe);                                                                         \
-  }                                                                                                            \
-  void shmem_put##BITS##_signal(void* dest, const void* source, size_t nelems, uint64_t* sig_addr,             \
-                                uint64_t signal, int sig_op, int pe) {                                         \
-    PutSignal("shmem_put" #BITS "_signal", dest, source, nelems * (BYTES), sig_addr, signal, sig_op, pe, true); \
-  }                                                                                                            \
-  void shmem_put##BITS##_signal_nbi(void* dest, const void* source, size_t nelems, uint64_t* sig_addr,         \
-                                    uint64_t signal, int sig_op, int pe) {                                     \
-    PutSignal("shmem_put" #BITS "_signal_nbi", dest, source, nelems * (BYTES), sig_addr, signal, sig_op, pe,   \
-              false);                                                                                          \
+#define HIXL_SHMEM_DEF_SIZED_N(BITS, BYTES)                                                                          \
+  void shmem_put##BITS(void* dest, const void* source, size_t nelems, int pe) {                                      \
+    Put("shmem_put" #BITS, dest, source, nelems*(BYTES), pe, true);                                                  \
+  }                                                                                                                  \
+  void shmem_ctx_put##BITS(shmem_ctx_t ctx, void* dest, const void* source, size_t nelems, int pe) {                 \
+    Put("shmem_ctx_put" #BITS, dest, source, nelems*(BYTES), hixl::shmem::CtxPe(ctx, pe), true);                     \
+  }                                                                                                                  \
+  void shmem_put##BITS##_nbi(void* dest, const void* source, size_t nelems, int pe) {                                \
+    Put("shmem_put" #BITS "_nbi", dest, source, nelems*(BYTES), pe, false);                                          \
+  }                                                                                                                  \
+  void shmem_ctx_put##BITS##_nbi(shmem_ctx_t ctx, void* dest, const void* source, size_t nelems, int pe) {           \
+    Put("shmem_ctx_put" #BITS "_nbi", dest, source, nelems*(BYTES), hixl::shmem::CtxPe(ctx, pe), false);             \
+  }                                                                                                                  \
+  void shmem_get##BITS(void* dest, const void* source, size_t nelems, int pe) {                                      \
+    Get("shmem_get" #BITS, dest, source, nelems*(BYTES), pe, true);                                                  \
+  }                                                                                                                  \
+  void shmem_ctx_get##BITS(shmem_ctx_t ctx, void* dest, const void* source, size_t nelems, int pe) {                 \
+    Get("shmem_ctx_get" #BITS, dest, source, nelems*(BYTES), hixl::shmem::CtxPe(ctx, pe), true);                     \
+  }                                                                                                                  \
+  void shmem_get##BITS##_nbi(void* dest, const void* source, size_t nelems, int pe) {                                \
+    Get("shmem_get" #BITS "_nbi", dest, source, nelems*(BYTES), pe, false);                                          \
+  }                                                                                                                  \
+  void shmem_ctx_get##BITS##_nbi(shmem_ctx_t ctx, void* dest, const void* source, size_t nelems, int pe) {           \
+    Get("shmem_ctx_get" #BITS "_nbi", dest, source, nelems*(BYTES), hixl::shmem::CtxPe(ctx, pe), false);             \
+  }                                                                                                                  \
+  void shmem_iput##BITS(void* dest, const void* source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) {       \
+    Strided("shmem_iput" #BITS, true, static_cast<char*>(dest), static_cast<const char*>(source), dst, sst, nelems,  \
+            (BYTES), pe);                                                                                            \
+  }                                                                                                                  \
+  void shmem_ctx_iput##BITS(shmem_ctx_t ctx, void* dest, const void* source, ptrdiff_t dst, ptrdiff_t sst,           \
+                            size_t nelems, int pe) {                                                                 \
+    Strided("shmem_ctx_iput" #BITS, true, static_cast<char*>(dest), static_cast<const char*>(source), dst, sst,      \
+            nelems, (BYTES), hixl::shmem::CtxPe(ctx, pe));                                                           \
+  }                                                                                                                  \
+  void shmem_iget##BITS(void* dest, const void* source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe) {       \
+    Strided("shmem_iget" #BITS, false, static_cast<char*>(dest), static_cast<const char*>(source), dst, sst, nelems, \
+            (BYTES), pe);                                                                                            \
+  }                                                                                                                  \
+  void shmem_ctx_iget##BITS(shmem_ctx_t ctx, void* dest, const void* source, ptrdiff_t dst, ptrdiff_t sst,           \
+                            size_t nelems, int pe) {                                                                 \
+    Strided("shmem_ctx_iget" #BITS, false, static_cast<char*>(dest), static_cast<const char*>(source), dst, sst,     \
+            nelems, (BYTES), hixl::shmem::CtxPe(ctx, pe));                                                           \
+  }                                                                                                                  \
+  void shmem_put##BITS##_signal(void* dest, const void* source, size_t nelems, uint64_t* sig_addr, uint64_t signal,  \
+                                int sig_op, int pe) {                                                                \
+    PutSignal("shmem_put" #BITS "_signal", dest, source, nelems*(BYTES), sig_addr, signal, sig_op, pe, true);        \
+  }                                                                                                                  \
+  void shmem_put##BITS##_signal_nbi(void* dest, const void* source, size_t nelems, uint64_t* sig_addr,               \
+                                    uint64_t signal, int sig_op, int pe) {                                           \
+    PutSignal("shmem_put" #BITS "_signal_nbi", dest, source, nelems*(BYTES), sig_addr, signal, sig_op, pe, false);   \
   }
 #define HIXL_SHMEM_DEF_SIZED(BITS, CT) HIXL_SHMEM_DEF_SIZED_N(BITS, sizeof(CT))
 HIXL_SHMEM_SIZES(HIXL_SHMEM_DEF_SIZED)
@@ -202,52 +201,52 @@ HIXL_SHMEM_DEF_SIZED_N(128, 16)
 void shmem_putmem(void* dest, const void* source, size_t nelems, int pe) {
   Put("shmem_putmem", dest, source, nelems, pe, true);
 }
-void shmem_ctx_putmem(shmem_ctx_t, void* dest, const void* source, size_t nelems, int pe) {
-  Put("shmem_ctx_putmem", dest, source, nelems, pe, true);
+void shmem_ctx_putmem(shmem_ctx_t ctx, void* dest, const void* source, size_t nelems, int pe) {
+  Put("shmem_ctx_putmem", dest, source, nelems, hixl::shmem::CtxPe(ctx, pe), true);
 }
 void shmem_putmem_nbi(void* dest, const void* source, size_t nelems, int pe) {
   Put("shmem_putmem_nbi", dest, source, nelems, pe, false);
 }
-void shmem_ctx_putmem_nbi(shmem_ctx_t, void* dest, const void* source, size_t nelems, int pe) {
-  Put("shmem_ctx_putmem_nbi", dest, source, nelems, pe, false);
+void shmem_ctx_putmem_nbi(shmem_ctx_t ctx, void* dest, const void* source, size_t nelems, int pe) {
+  Put("shmem_ctx_putmem_nbi", dest, source, nelems, hixl::shmem::CtxPe(ctx, pe), false);
 }
 void shmem_getmem(void* dest, const void* source, size_t nelems, int pe) {
   Get("shmem_getmem", dest, source, nelems, pe, true);
 }
-void shmem_ctx_getmem(shmem_ctx_t, void* dest, const void* source, size_t nelems, int pe) {
-  Get("shmem_ctx_getmem", dest, source, nelems, pe, true);
+void shmem_ctx_getmem(shmem_ctx_t ctx, void* dest, const void* source, size_t nelems, int pe) {
+  Get("shmem_ctx_getmem", dest, source, nelems, hixl::shmem::CtxPe(ctx, pe), true);
 }
 void shmem_getmem_nbi(void* dest, const void* source, size_t nelems, int pe) {
   Get("shmem_getmem_nbi", dest, source, nelems, pe, false);
 }
-void shmem_ctx_getmem_nbi(shmem_ctx_t, void* dest, const void* source, size_t nelems, int pe) {
-  Get("shmem_ctx_getmem_nbi", dest, source, nelems, pe, false);
+void shmem_ctx_getmem_nbi(shmem_ctx_t ctx, void* dest, const void* source, size_t nelems, int pe) {
+  Get("shmem_ctx_getmem_nbi", dest, source, nelems, hixl::shmem::CtxPe(ctx, pe), false);
 }
-void shmem_putmem_signal(void* dest, const void* source, size_t nelems, uint64_t* sig_addr, uint64_t signal,
-                         int sig_op, int pe) {
+void shmem_putmem_signal(void* dest, const void* source, size_t nelems, uint64_t* sig_addr, uint64_t signal, int sig_op,
+                         int pe) {
   PutSignal("shmem_putmem_signal", dest, source, nelems, sig_addr, signal, sig_op, pe, true);
 }
-void shmem_ctx_putmem_signal(shmem_ctx_t, void* dest, const void* source, size_t nelems, uint64_t* sig_addr,
+void shmem_ctx_putmem_signal(shmem_ctx_t ctx, void* dest, const void* source, size_t nelems, uint64_t* sig_addr,
                              uint64_t signal, int sig_op, int pe) {
-  PutSignal("shmem_ctx_putmem_signal", dest, source, nelems, sig_addr, signal, sig_op, pe, true);
+  PutSignal("shmem_ctx_putmem_signal", dest, source, nelems, sig_addr, signal, sig_op, hixl::shmem::CtxPe(ctx, pe),
+            true);
 }
 void shmem_putmem_signal_nbi(void* dest, const void* source, size_t nelems, uint64_t* sig_addr, uint64_t signal,
                              int sig_op, int pe) {
   PutSignal("shmem_putmem_signal_nbi", dest, source, nelems, sig_addr, signal, sig_op, pe, false);
 }
-void shmem_ctx_putmem_signal_nbi(shmem_ctx_t, void* dest, const void* source, size_t nelems, uint64_t* sig_addr,
+void shmem_ctx_putmem_signal_nbi(shmem_ctx_t ctx, void* dest, const void* source, size_t nelems, uint64_t* sig_addr,
                                  uint64_t signal, int sig_op, int pe) {
-  PutSignal("shmem_ctx_putmem_signal_nbi", dest, source, nelems, sig_addr, signal, sig_op, pe, false);
+  PutSignal("shmem_ctx_putmem_signal_nbi", dest, source, nelems, sig_addr, signal, sig_op, hixl::shmem::CtxPe(ctx, pe),
+            false);
 }
 
 uint64_t shmem_signal_fetch(const uint64_t* sig_addr) { return __atomic_load_n(sig_addr, __ATOMIC_ACQUIRE); }
 
 uint64_t shmem_signal_wait_until(uint64_t* sig_addr, int cmp, uint64_t cmp_value) {
-  const char* api = "shmem_signal_wait_until";
-  hixl::world::WorldImpl* w = W(api);
-  if (cmp < SHMEM_CMP_EQ || cmp > SHMEM_CMP_LE) hixl::shmem::Fail(api, fmt::format("unknown comparison {}", cmp));
-  // The world's wait: put-with-signal wakes it (SHMEM_CMP_* are HIXL_CMP_*).
-  hixl::shmem::Check(api, w->WaitUntil(sig_addr, cmp, cmp_value, w->timeout_ms()));
+  // The uint64_t wait of p2p.cc: it polls, so a signal word changed by an
+  // atomic of a same-host peer (which wakes no sleeper) is seen too.
+  shmem_uint64_wait_until(sig_addr, cmp, cmp_value);
   return __atomic_load_n(sig_addr, __ATOMIC_ACQUIRE);
 }
 

@@ -2,14 +2,20 @@
 
 #include <link.h>
 #include <sched.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
+#include <algorithm>
+
 #include <fmt/format.h>
+
+#include "transport/shm/proc_maps.h"
 
 namespace hixl::shmem {
 namespace {
@@ -48,6 +54,29 @@ int FindData(struct dl_phdr_info* info, size_t, void* out) {
   return 1;  // the first object is the main program: stop there
 }
 
+// .data is a private mapping of the program's file, .bss anonymous memory
+// (the page they share belongs to the former).  The world promotes only
+// anonymous memory to shared memory, so that peers on this host reach it
+// at memory speed, and one region must hold every byte of a transfer: the
+// file-backed pages are made anonymous (same bytes, same address) so that
+// the whole of the program's writable data is one promotable region.  Done
+// at shmem_init, before the program's threads use the globals as
+// OpenSHMEM objects.
+void AnonymiseData(const char* api, uint64_t lo, uint64_t hi) {
+  for (const transport::shm::MapsEntry& m : transport::shm::ReadSelfMaps(lo, hi)) {
+    if (m.path.empty() || m.path[0] == '[' || m.shared || !m.read || !m.write) continue;
+    const uint64_t a = std::max(m.start, lo), b = std::min(m.end, hi);
+    if (a >= b) continue;
+    std::vector<char> copy(b - a);
+    std::memcpy(copy.data(), reinterpret_cast<const void*>(a), copy.size());
+    void* at = ::mmap(reinterpret_cast<void*>(a), copy.size(), PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+    if (at == MAP_FAILED)
+      Fail(api, fmt::format("cannot remap the program's data at {:#x}: {}", a, std::strerror(errno)));
+    std::memcpy(at, copy.data(), copy.size());
+  }
+}
+
 void FinalizeAtExit() {
   State& s = S();
   if (s.init_count > 0 && !s.finalized) Finalize("exit");
@@ -82,6 +111,16 @@ world::WorldImpl* W(const char* api) {
 void CheckPe(const char* api, int pe) {
   const State& s = S();
   if (pe < 0 || pe >= s.npes) Fail(api, fmt::format("PE {} is outside the world of {} PEs", pe, s.npes));
+}
+
+int CtxPe(shmem_ctx_t ctx, int pe) {
+  if (ctx == SHMEM_CTX_INVALID) Fail("shmem_ctx", "an operation on SHMEM_CTX_INVALID");
+  const hixl_shmem_team* t = ctx->team;
+  if (t == nullptr || t->world) return pe;
+  if (pe < 0 || pe >= static_cast<int>(t->pes.size())) {
+    Fail("shmem_ctx", fmt::format("PE {} is outside the context's team of {} PEs", pe, t->pes.size()));
+  }
+  return t->pes[static_cast<size_t>(pe)];
 }
 
 uint64_t Remote(const void* addr, int pe) {
@@ -136,12 +175,20 @@ void WaitSlice(const char* api, const char* what, uint64_t* spins, int64_t* star
   if (now - *start_ms > 1000) ::usleep(200);
 }
 
-uint64_t Atomic64(const char* api, int pe, uint64_t addr, transport::AtomicOp op, uint64_t operand,
-                  uint64_t compare) {
+uint64_t Atomic64(const char* api, int pe, uint64_t addr, transport::AtomicOp op, uint64_t operand, uint64_t compare) {
   CheckPe(api, pe);
   uint64_t old = 0;
   Check(api, W(api)->Atomic(api, pe, addr, op, operand, compare, &old));
   return old;
+}
+
+void* Direct(const char* api, const void* addr, size_t bytes, int pe) {
+  State& s = S();
+  CheckPe(api, pe);
+  if (!s.synchronous[static_cast<size_t>(pe)]) return nullptr;
+  auto r = W(api)->Direct(pe, Remote(addr, pe), bytes);
+  if (!r.ok()) Fail(api, r.status().message());
+  return r.value();
 }
 
 void Init(const char* api) {
@@ -172,6 +219,7 @@ void Init(const char* api) {
   Range data;
   ::dl_iterate_phdr(FindData, &data);
   if (data.hi > data.lo) {
+    AnonymiseData(api, data.lo, data.hi);
     Check(api, s.w->Register(reinterpret_cast<void*>(data.lo), data.hi - data.lo));
     s.data_lo = data.lo;
     s.data_hi = data.hi;
@@ -191,6 +239,8 @@ void Init(const char* api) {
     }
     s.data_base[pe] = all[pe].data_lo;
   }
+  s.synchronous.assign(static_cast<size_t>(s.npes), 0);
+  for (int pe = 0; pe < s.npes; ++pe) s.synchronous[static_cast<size_t>(pe)] = s.w->TransportFor(pe) == "shm";
   InitTeams();
   static std::once_flag hook;
   std::call_once(hook, [] { std::atexit(FinalizeAtExit); });

@@ -25,10 +25,10 @@
 // these (shmem_team_t).
 struct hixl_shmem_team {
   std::vector<int> pes;
-  int me = -1;                // this PE's index in pes
-  uint32_t slot = 0;          // its barrier words in the runtime's block (0: the world's own barrier)
+  int me = -1;        // this PE's index in pes
+  uint32_t slot = 0;  // its barrier words in the runtime's block (0: the world's own barrier)
   shmem_team_config_t config{};
-  bool world = false;         // every PE, in world order
+  bool world = false;  // every PE, in world order
 };
 
 struct hixl_shmem_ctx {
@@ -61,6 +61,11 @@ struct State {
   uint64_t data_lo = 0;
   uint64_t data_hi = 0;
   std::vector<uint64_t> data_base;
+  // Per PE: the world's put and get to it are done with the source, and
+  // the get's data here, when they return (the shm transport: a copy into
+  // mapped memory, by cross-memory attach, or into a relay slot); else a
+  // blocking call fences (UCX may still read the source).
+  std::vector<uint8_t> synchronous;
   Block* block = nullptr;
   uint32_t next_slot = 1;
   // Allocations of shmem_malloc and friends: user pointer -> (base, size).
@@ -84,6 +89,9 @@ inline void Check(const char* api, const Status& s) {
 }
 [[noreturn]] void Exit(int status);
 void CheckPe(const char* api, int pe);
+// The world PE of a context's PE number (a team's context numbers its PEs
+// as the team does).
+int CtxPe(shmem_ctx_t ctx, int pe);
 // Where pe holds the symmetric object this PE holds at addr.
 uint64_t Remote(const void* addr, int pe);
 bool Symmetric(const void* addr);
@@ -101,6 +109,11 @@ void WaitFor(const char* api, const char* what, Done done) {
   int64_t start = -1, last = -1;
   while (!done()) WaitSlice(api, what, &spins, &start, &last);
 }
+
+// Where pe's symmetric object at this PE's addr (bytes long) is mapped in
+// this process, or null (another host's memory, or memory not mapped
+// here); fails when pe holds no such object.
+void* Direct(const char* api, const void* addr, size_t bytes, int pe);
 
 // The world's atomics on pe's 64-bit word at remote address addr.
 uint64_t Atomic64(const char* api, int pe, uint64_t addr, transport::AtomicOp op, uint64_t operand,

@@ -95,10 +95,12 @@ int shmem_addr_accessible(const void* addr, int pe) {
 }
 
 void* shmem_ptr(const void* dest, int pe) {
-  (void)W("shmem_ptr");
-  // This PE's own object; a peer's memory is reached through calls, not
-  // loads and stores, in this version (the standard allows NULL).
-  return pe == S().me && hixl::shmem::Symmetric(dest) ? const_cast<void*>(dest) : nullptr;
+  hixl::world::WorldImpl* w = W("shmem_ptr");
+  // Where the peer's object is mapped here (a same-host peer's heap, or
+  // its promoted memory); NULL where it is not, as the standard allows.
+  if (pe < 0 || pe >= S().npes || !hixl::shmem::Symmetric(dest)) return nullptr;
+  auto r = w->Direct(pe, hixl::shmem::Remote(dest, pe), 1);
+  return r.ok() ? r.value() : nullptr;
 }
 
 void shmem_info_get_version(int* major, int* minor) {

@@ -53,6 +53,7 @@ bool FromTeam(const char* api, shmem_team_t team, Group* g) {
   g->pes = team->pes;
   g->me = team->me;
   g->sync = team->world ? nullptr : S().block->team_sync[team->slot];
+  g->flag = &S().block->team_sync[team->slot][kRounds - 1];
   return true;
 }
 
@@ -73,8 +74,10 @@ Group FromActiveSet(const char* api, int start, int log_stride, int size, long* 
   }
   if (g.me < 0) Fail(api, fmt::format("PE {} is not in the active set it was called with", s.me));
   const bool world = start == 0 && log_stride == 0 && size == s.npes;
-  if (!world && pSync == nullptr) Fail(api, "pSync is NULL");
+  if (pSync == nullptr) Fail(api, "pSync is NULL");
   g.sync = world ? nullptr : reinterpret_cast<uint64_t*>(pSync);
+  // The barrier counts in the first log2(size) words, deliveries in the last.
+  g.flag = reinterpret_cast<uint64_t*>(pSync) + (SHMEM_SYNC_SIZE - 1);
   return g;
 }
 
@@ -146,8 +149,8 @@ shmem_team_t MakeTeam(const Group& parent, int start, int stride, int size, uint
 }  // namespace
 }  // namespace hixl::shmem
 
-using hixl::shmem::W;
 using hixl::shmem::Group;
+using hixl::shmem::W;
 
 extern "C" {
 
@@ -184,9 +187,9 @@ int shmem_team_split_strided(shmem_team_t parent_team, int start, int stride, in
   return 0;
 }
 
-int shmem_team_split_2d(shmem_team_t parent_team, int xrange, const shmem_team_config_t* xaxis_config,
-                        long xaxis_mask, shmem_team_t* xaxis_team, const shmem_team_config_t* yaxis_config,
-                        long yaxis_mask, shmem_team_t* yaxis_team) {
+int shmem_team_split_2d(shmem_team_t parent_team, int xrange, const shmem_team_config_t* xaxis_config, long xaxis_mask,
+                        shmem_team_t* xaxis_team, const shmem_team_config_t* yaxis_config, long yaxis_mask,
+                        shmem_team_t* yaxis_team) {
   const char* api = "shmem_team_split_2d";
   if (xaxis_team) *xaxis_team = SHMEM_TEAM_INVALID;
   if (yaxis_team) *yaxis_team = SHMEM_TEAM_INVALID;
@@ -199,8 +202,8 @@ int shmem_team_split_2d(shmem_team_t parent_team, int xrange, const shmem_team_c
   const int x0 = (parent.me / xrange) * xrange;
   *xaxis_team = hixl::shmem::MakeTeam(parent, x0, 1, std::min(xrange, n - x0), slot, xaxis_config, xaxis_mask);
   const int y0 = parent.me % xrange;
-  *yaxis_team = hixl::shmem::MakeTeam(parent, y0, xrange, (n - 1 - y0) / xrange + 1, slot + 1, yaxis_config,
-                                      yaxis_mask);
+  *yaxis_team =
+      hixl::shmem::MakeTeam(parent, y0, xrange, (n - 1 - y0) / xrange + 1, slot + 1, yaxis_config, yaxis_mask);
   return 0;
 }
 

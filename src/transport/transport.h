@@ -77,6 +77,13 @@ struct LocalRegion {
 class RemoteKey {
  public:
   virtual ~RemoteKey() = default;
+  // Where the peer's byte at addr (inside this key's region) is mapped in
+  // this process, so that loads and stores reach it; null where the
+  // transport moves the bytes itself.  Valid while the key lives.
+  virtual void* Direct(uint64_t addr) const {
+    (void)addr;
+    return nullptr;
+  }
 };
 
 // What a transport may ask of the core.

@@ -423,6 +423,14 @@ Status WorldImpl::Get(int src_rank, uint64_t src_addr, void* dst, size_t size) {
   return peer(src_rank).transport().Get(src_rank, *e->key, src_addr, dst, size);
 }
 
+Result<void*> WorldImpl::Direct(int rank, uint64_t addr, size_t size) {
+  HIXL_RETURN_IF_ERROR(CheckRemote("hixl_direct", rank, addr, &addr, size));
+  if (rank == cfg_.rank) return reinterpret_cast<void*>(addr);
+  PeerTable::Pin pin;
+  HIXL_ASSIGN_OR_RETURN(const PeerTable::Entry* e, Lookup("hixl_direct", rank, addr, size, &pin));
+  return e->key->Direct(addr);
+}
+
 Status WorldImpl::Fence() {
   Status s = session_->Flush();
   // Failures of transfers that a deregistration's fence completed.

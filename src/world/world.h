@@ -48,6 +48,11 @@ class WorldImpl final : private Session::Delegate {
   Status Put(int dst_rank, const void* src, uint64_t dst_addr, size_t size);
   Status Get(int src_rank, uint64_t src_addr, void* dst, size_t size);
   Status Fence();
+  // Where rank's registered bytes [addr, addr+size) are mapped in this
+  // process (null where they are not, such as another host's); an error
+  // when rank has no region holding them.  Valid until rank frees or
+  // deregisters the region.
+  Result<void*> Direct(int rank, uint64_t addr, size_t size);
   // On the data plane (world_barrier.cc, world/barrier.h); implies Fence.
   Status Barrier();
   // Small collectives (world_collectives.cc): on the data plane, through the

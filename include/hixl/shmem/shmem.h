@@ -356,7 +356,7 @@ long shmem_swap(long *dest, long value, int pe);
 /* ---- Point-to-point synchronisation. */
 #define HIXL_SHMEM_DECL_P2P(T, N)                                                                    \
   void shmem_##N##_wait_until(T *ivar, int cmp, T cmp_value);                                        \
-  size_t shmem_##N##_wait_until_all(T *ivars, size_t nelems, const int *status, int cmp, T cmp_value); \
+  void shmem_##N##_wait_until_all(T *ivars, size_t nelems, const int *status, int cmp, T cmp_value);   \
   size_t shmem_##N##_wait_until_any(T *ivars, size_t nelems, const int *status, int cmp, T cmp_value); \
   size_t shmem_##N##_wait_until_some(T *ivars, size_t nelems, size_t *indices, const int *status, int cmp, \
                                      T cmp_value);                                                   \
@@ -453,6 +453,14 @@ void shmem_complexf_sum_to_all(float _Complex *dest, const float _Complex *sourc
                                int logPE_stride, int PE_size, float _Complex *pWrk, long *pSync);
 void shmem_complexf_prod_to_all(float _Complex *dest, const float _Complex *source, int nreduce, int PE_start,
                                 int logPE_stride, int PE_size, float _Complex *pWrk, long *pSync);
+int shmem_complexd_sum_reduce(shmem_team_t team, double _Complex *dest, const double _Complex *source,
+                              size_t nreduce);
+int shmem_complexd_prod_reduce(shmem_team_t team, double _Complex *dest, const double _Complex *source,
+                               size_t nreduce);
+int shmem_complexf_sum_reduce(shmem_team_t team, float _Complex *dest, const float _Complex *source,
+                              size_t nreduce);
+int shmem_complexf_prod_reduce(shmem_team_t team, float _Complex *dest, const float _Complex *source,
+                               size_t nreduce);
 #endif
 
 #ifdef __cplusplus

@@ -89,6 +89,8 @@ struct ShmKey final : RemoteKey {
   bool promoted = false;             // mapped from a promoted range of the peer (not the heap)
   std::shared_ptr<Mapping> segment;  // keeps `mapped` valid, even after Disconnect
   std::shared_ptr<Peer> peer;        // so the hot path takes no lock
+
+  void* Direct(uint64_t addr) const override { return mapped ? mapped + (addr - base) : nullptr; }
 };
 
 }  // namespace hixl::transport::shm
