@@ -98,59 +98,61 @@ extern shmem_ctx_t SHMEM_CTX_DEFAULT;
 /* ---- The type tables.  X(TYPE, TYPENAME) for each row of the standard's
  * tables; the declarations below (and hixl's definitions) are generated
  * from them, so the two cannot drift. */
-#define HIXL_SHMEM_RMA_TYPES(X)                                                                            \
-  X(float, float)                                                                                          \
-  X(double, double) X(long double, longdouble) X(char, char) X(signed char, schar) X(short, short)         \
-      X(int, int) X(long, long) X(long long, longlong) X(unsigned char, uchar) X(unsigned short, ushort)   \
-          X(unsigned int, uint) X(unsigned long, ulong) X(unsigned long long, ulonglong) X(int8_t, int8)  \
-              X(int16_t, int16) X(int32_t, int32) X(int64_t, int64) X(uint8_t, uint8) X(uint16_t, uint16) \
-                  X(uint32_t, uint32) X(uint64_t, uint64) X(size_t, size) X(ptrdiff_t, ptrdiff)
+/* clang-format off */
+#define HIXL_SHMEM_RMA_TYPES(X) \
+  X(float, float) X(double, double) X(long double, longdouble) \
+  X(char, char) X(signed char, schar) X(short, short) X(int, int) X(long, long) X(long long, longlong) \
+  X(unsigned char, uchar) X(unsigned short, ushort) X(unsigned int, uint) X(unsigned long, ulong) \
+  X(unsigned long long, ulonglong) \
+  X(int8_t, int8) X(int16_t, int16) X(int32_t, int32) X(int64_t, int64) \
+  X(uint8_t, uint8) X(uint16_t, uint16) X(uint32_t, uint32) X(uint64_t, uint64) \
+  X(size_t, size) X(ptrdiff_t, ptrdiff)
 
 /* Sized RMA: X(BITS, C type of that size). */
 #define HIXL_SHMEM_SIZES(X) X(8, uint8_t) X(16, uint16_t) X(32, uint32_t) X(64, uint64_t)
 
 /* Atomics: the standard types; the extended ones (fetch, set, swap); the
  * bitwise ones (and, or, xor). */
-#define HIXL_SHMEM_AMO_TYPES(X)                                                                       \
-  X(int, int)                                                                                         \
-  X(long, long) X(long long, longlong) X(unsigned int, uint) X(unsigned long, ulong)                  \
-      X(unsigned long long, ulonglong) X(int32_t, int32) X(int64_t, int64) X(uint32_t, uint32)        \
-          X(uint64_t, uint64) X(size_t, size) X(ptrdiff_t, ptrdiff)
+#define HIXL_SHMEM_AMO_TYPES(X) \
+  X(int, int) X(long, long) X(long long, longlong) \
+  X(unsigned int, uint) X(unsigned long, ulong) X(unsigned long long, ulonglong) \
+  X(int32_t, int32) X(int64_t, int64) X(uint32_t, uint32) X(uint64_t, uint64) \
+  X(size_t, size) X(ptrdiff_t, ptrdiff)
 #define HIXL_SHMEM_EXT_AMO_TYPES(X) HIXL_SHMEM_AMO_TYPES(X) X(float, float) X(double, double)
-#define HIXL_SHMEM_BITWISE_AMO_TYPES(X)                                                               \
-  X(unsigned int, uint)                                                                               \
-  X(unsigned long, ulong) X(unsigned long long, ulonglong) X(int32_t, int32) X(int64_t, int64)        \
-      X(uint32_t, uint32) X(uint64_t, uint64)
+#define HIXL_SHMEM_BITWISE_AMO_TYPES(X) \
+  X(unsigned int, uint) X(unsigned long, ulong) X(unsigned long long, ulonglong) \
+  X(int32_t, int32) X(int64_t, int64) X(uint32_t, uint32) X(uint64_t, uint64)
 
 /* Point-to-point synchronisation (wait_until, test). */
-#define HIXL_SHMEM_P2P_TYPES(X)                                                                       \
-  X(short, short)                                                                                     \
-  X(int, int) X(long, long) X(long long, longlong) X(unsigned short, ushort) X(unsigned int, uint)   \
-      X(unsigned long, ulong) X(unsigned long long, ulonglong) X(int32_t, int32) X(int64_t, int64)    \
-          X(uint32_t, uint32) X(uint64_t, uint64) X(size_t, size) X(ptrdiff_t, ptrdiff)
+#define HIXL_SHMEM_P2P_TYPES(X) \
+  X(short, short) X(int, int) X(long, long) X(long long, longlong) \
+  X(unsigned short, ushort) X(unsigned int, uint) X(unsigned long, ulong) X(unsigned long long, ulonglong) \
+  X(int32_t, int32) X(int64_t, int64) X(uint32_t, uint32) X(uint64_t, uint64) \
+  X(size_t, size) X(ptrdiff_t, ptrdiff)
 
 /* Reductions on teams: and/or/xor over the bitwise types, min/max over the
  * ordered ones, sum/prod over the arithmetic ones. */
-#define HIXL_SHMEM_REDUCE_BITWISE_TYPES(X)                                                             \
-  X(unsigned char, uchar)                                                                              \
-  X(unsigned short, ushort) X(unsigned int, uint) X(unsigned long, ulong) X(unsigned long long, ulonglong) \
-      X(int8_t, int8) X(int16_t, int16) X(int32_t, int32) X(int64_t, int64) X(uint8_t, uint8)          \
-          X(uint16_t, uint16) X(uint32_t, uint32) X(uint64_t, uint64) X(size_t, size)
-#define HIXL_SHMEM_REDUCE_MINMAX_TYPES(X)                                                              \
-  X(char, char)                                                                                        \
-  X(signed char, schar) X(short, short) X(int, int) X(long, long) X(long long, longlong)               \
-      X(ptrdiff_t, ptrdiff) X(unsigned char, uchar) X(unsigned short, ushort) X(unsigned int, uint)    \
-          X(unsigned long, ulong) X(unsigned long long, ulonglong) X(int8_t, int8) X(int16_t, int16)   \
-              X(int32_t, int32) X(int64_t, int64) X(uint8_t, uint8) X(uint16_t, uint16)                \
-                  X(uint32_t, uint32) X(uint64_t, uint64) X(size_t, size) X(float, float)              \
-                      X(double, double) X(long double, longdouble)
+#define HIXL_SHMEM_REDUCE_BITWISE_TYPES(X) \
+  X(unsigned char, uchar) X(unsigned short, ushort) X(unsigned int, uint) X(unsigned long, ulong) \
+  X(unsigned long long, ulonglong) \
+  X(int8_t, int8) X(int16_t, int16) X(int32_t, int32) X(int64_t, int64) \
+  X(uint8_t, uint8) X(uint16_t, uint16) X(uint32_t, uint32) X(uint64_t, uint64) X(size_t, size)
+#define HIXL_SHMEM_REDUCE_MINMAX_TYPES(X) \
+  X(char, char) X(signed char, schar) X(short, short) X(int, int) X(long, long) X(long long, longlong) \
+  X(ptrdiff_t, ptrdiff) \
+  X(unsigned char, uchar) X(unsigned short, ushort) X(unsigned int, uint) X(unsigned long, ulong) \
+  X(unsigned long long, ulonglong) \
+  X(int8_t, int8) X(int16_t, int16) X(int32_t, int32) X(int64_t, int64) \
+  X(uint8_t, uint8) X(uint16_t, uint16) X(uint32_t, uint32) X(uint64_t, uint64) X(size_t, size) \
+  X(float, float) X(double, double) X(long double, longdouble)
 #define HIXL_SHMEM_REDUCE_ARITH_TYPES(X) HIXL_SHMEM_REDUCE_MINMAX_TYPES(X)
 
 /* The legacy active-set reductions (shmem_TYPENAME_OP_to_all). */
 #define HIXL_SHMEM_TOALL_BITWISE_TYPES(X) X(short, short) X(int, int) X(long, long) X(long long, longlong)
-#define HIXL_SHMEM_TOALL_MINMAX_TYPES(X)                                                               \
+#define HIXL_SHMEM_TOALL_MINMAX_TYPES(X) \
   HIXL_SHMEM_TOALL_BITWISE_TYPES(X) X(float, float) X(double, double) X(long double, longdouble)
 #define HIXL_SHMEM_TOALL_ARITH_TYPES(X) HIXL_SHMEM_TOALL_MINMAX_TYPES(X)
+/* clang-format on */
 
 /* ---- Setup, exit and query. */
 void shmem_init(void);
@@ -191,9 +193,9 @@ int shmem_team_get_config(shmem_team_t team, long config_mask, shmem_team_config
 int shmem_team_translate_pe(shmem_team_t src_team, int src_pe, shmem_team_t dest_team);
 int shmem_team_split_strided(shmem_team_t parent_team, int start, int stride, int size,
                              const shmem_team_config_t *config, long config_mask, shmem_team_t *new_team);
-int shmem_team_split_2d(shmem_team_t parent_team, int xrange, const shmem_team_config_t *xaxis_config,
-                        long xaxis_mask, shmem_team_t *xaxis_team, const shmem_team_config_t *yaxis_config,
-                        long yaxis_mask, shmem_team_t *yaxis_team);
+int shmem_team_split_2d(shmem_team_t parent_team, int xrange, const shmem_team_config_t *xaxis_config, long xaxis_mask,
+                        shmem_team_t *xaxis_team, const shmem_team_config_t *yaxis_config, long yaxis_mask,
+                        shmem_team_t *yaxis_team);
 void shmem_team_destroy(shmem_team_t team);
 
 /* ---- Contexts.  Operations on a context complete at that context's quiet
@@ -205,53 +207,53 @@ void shmem_ctx_destroy(shmem_ctx_t ctx);
 int shmem_ctx_get_team(shmem_ctx_t ctx, shmem_team_t *team);
 
 /* ---- RMA. */
-#define HIXL_SHMEM_DECL_RMA(T, N)                                                                   \
-  void shmem_##N##_put(T *dest, const T *source, size_t nelems, int pe);                            \
-  void shmem_ctx_##N##_put(shmem_ctx_t ctx, T *dest, const T *source, size_t nelems, int pe);       \
-  void shmem_##N##_put_nbi(T *dest, const T *source, size_t nelems, int pe);                        \
-  void shmem_ctx_##N##_put_nbi(shmem_ctx_t ctx, T *dest, const T *source, size_t nelems, int pe);   \
-  void shmem_##N##_get(T *dest, const T *source, size_t nelems, int pe);                            \
-  void shmem_ctx_##N##_get(shmem_ctx_t ctx, T *dest, const T *source, size_t nelems, int pe);       \
-  void shmem_##N##_get_nbi(T *dest, const T *source, size_t nelems, int pe);                        \
-  void shmem_ctx_##N##_get_nbi(shmem_ctx_t ctx, T *dest, const T *source, size_t nelems, int pe);   \
-  void shmem_##N##_p(T *dest, T value, int pe);                                                     \
-  void shmem_ctx_##N##_p(shmem_ctx_t ctx, T *dest, T value, int pe);                                \
-  T shmem_##N##_g(const T *source, int pe);                                                         \
-  T shmem_ctx_##N##_g(shmem_ctx_t ctx, const T *source, int pe);                                    \
-  void shmem_##N##_iput(T *dest, const T *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe); \
-  void shmem_ctx_##N##_iput(shmem_ctx_t ctx, T *dest, const T *source, ptrdiff_t dst, ptrdiff_t sst,  \
-                            size_t nelems, int pe);                                                 \
-  void shmem_##N##_iget(T *dest, const T *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe); \
-  void shmem_ctx_##N##_iget(shmem_ctx_t ctx, T *dest, const T *source, ptrdiff_t dst, ptrdiff_t sst,  \
-                            size_t nelems, int pe);                                                 \
-  void shmem_##N##_put_signal(T *dest, const T *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, \
-                              int sig_op, int pe);                                                  \
-  void shmem_ctx_##N##_put_signal(shmem_ctx_t ctx, T *dest, const T *source, size_t nelems,          \
-                                  uint64_t *sig_addr, uint64_t signal, int sig_op, int pe);         \
-  void shmem_##N##_put_signal_nbi(T *dest, const T *source, size_t nelems, uint64_t *sig_addr,       \
-                                  uint64_t signal, int sig_op, int pe);                             \
-  void shmem_ctx_##N##_put_signal_nbi(shmem_ctx_t ctx, T *dest, const T *source, size_t nelems,      \
-                                      uint64_t *sig_addr, uint64_t signal, int sig_op, int pe);
+#define HIXL_SHMEM_DECL_RMA(T, N)                                                                                   \
+  void shmem_##N##_put(T *dest, const T *source, size_t nelems, int pe);                                            \
+  void shmem_ctx_##N##_put(shmem_ctx_t ctx, T *dest, const T *source, size_t nelems, int pe);                       \
+  void shmem_##N##_put_nbi(T *dest, const T *source, size_t nelems, int pe);                                        \
+  void shmem_ctx_##N##_put_nbi(shmem_ctx_t ctx, T *dest, const T *source, size_t nelems, int pe);                   \
+  void shmem_##N##_get(T *dest, const T *source, size_t nelems, int pe);                                            \
+  void shmem_ctx_##N##_get(shmem_ctx_t ctx, T *dest, const T *source, size_t nelems, int pe);                       \
+  void shmem_##N##_get_nbi(T *dest, const T *source, size_t nelems, int pe);                                        \
+  void shmem_ctx_##N##_get_nbi(shmem_ctx_t ctx, T *dest, const T *source, size_t nelems, int pe);                   \
+  void shmem_##N##_p(T *dest, T value, int pe);                                                                     \
+  void shmem_ctx_##N##_p(shmem_ctx_t ctx, T *dest, T value, int pe);                                                \
+  T shmem_##N##_g(const T *source, int pe);                                                                         \
+  T shmem_ctx_##N##_g(shmem_ctx_t ctx, const T *source, int pe);                                                    \
+  void shmem_##N##_iput(T *dest, const T *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);             \
+  void shmem_ctx_##N##_iput(shmem_ctx_t ctx, T *dest, const T *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, \
+                            int pe);                                                                                \
+  void shmem_##N##_iget(T *dest, const T *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);             \
+  void shmem_ctx_##N##_iget(shmem_ctx_t ctx, T *dest, const T *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, \
+                            int pe);                                                                                \
+  void shmem_##N##_put_signal(T *dest, const T *source, size_t nelems, uint64_t *sig_addr, uint64_t signal,         \
+                              int sig_op, int pe);                                                                  \
+  void shmem_ctx_##N##_put_signal(shmem_ctx_t ctx, T *dest, const T *source, size_t nelems, uint64_t *sig_addr,     \
+                                  uint64_t signal, int sig_op, int pe);                                             \
+  void shmem_##N##_put_signal_nbi(T *dest, const T *source, size_t nelems, uint64_t *sig_addr, uint64_t signal,     \
+                                  int sig_op, int pe);                                                              \
+  void shmem_ctx_##N##_put_signal_nbi(shmem_ctx_t ctx, T *dest, const T *source, size_t nelems, uint64_t *sig_addr, \
+                                      uint64_t signal, int sig_op, int pe);
 HIXL_SHMEM_RMA_TYPES(HIXL_SHMEM_DECL_RMA)
 
-#define HIXL_SHMEM_DECL_SIZED(BITS, CT)                                                              \
-  void shmem_put##BITS(void *dest, const void *source, size_t nelems, int pe);                       \
-  void shmem_ctx_put##BITS(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, int pe);  \
-  void shmem_put##BITS##_nbi(void *dest, const void *source, size_t nelems, int pe);                 \
-  void shmem_ctx_put##BITS##_nbi(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, int pe); \
-  void shmem_get##BITS(void *dest, const void *source, size_t nelems, int pe);                       \
-  void shmem_ctx_get##BITS(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, int pe);  \
-  void shmem_get##BITS##_nbi(void *dest, const void *source, size_t nelems, int pe);                 \
-  void shmem_ctx_get##BITS##_nbi(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, int pe); \
-  void shmem_iput##BITS(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe); \
-  void shmem_ctx_iput##BITS(shmem_ctx_t ctx, void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, \
-                            size_t nelems, int pe);                                                  \
-  void shmem_iget##BITS(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe); \
-  void shmem_ctx_iget##BITS(shmem_ctx_t ctx, void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, \
-                            size_t nelems, int pe);                                                  \
-  void shmem_put##BITS##_signal(void *dest, const void *source, size_t nelems, uint64_t *sig_addr,   \
-                                uint64_t signal, int sig_op, int pe);                                \
-  void shmem_put##BITS##_signal_nbi(void *dest, const void *source, size_t nelems, uint64_t *sig_addr, \
+#define HIXL_SHMEM_DECL_SIZED(BITS, CT)                                                                             \
+  void shmem_put##BITS(void *dest, const void *source, size_t nelems, int pe);                                      \
+  void shmem_ctx_put##BITS(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, int pe);                 \
+  void shmem_put##BITS##_nbi(void *dest, const void *source, size_t nelems, int pe);                                \
+  void shmem_ctx_put##BITS##_nbi(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, int pe);           \
+  void shmem_get##BITS(void *dest, const void *source, size_t nelems, int pe);                                      \
+  void shmem_ctx_get##BITS(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, int pe);                 \
+  void shmem_get##BITS##_nbi(void *dest, const void *source, size_t nelems, int pe);                                \
+  void shmem_ctx_get##BITS##_nbi(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, int pe);           \
+  void shmem_iput##BITS(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);       \
+  void shmem_ctx_iput##BITS(shmem_ctx_t ctx, void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst,          \
+                            size_t nelems, int pe);                                                                 \
+  void shmem_iget##BITS(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);       \
+  void shmem_ctx_iget##BITS(shmem_ctx_t ctx, void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst,          \
+                            size_t nelems, int pe);                                                                 \
+  void shmem_put##BITS##_signal(void *dest, const void *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, \
+                                int sig_op, int pe);                                                                \
+  void shmem_put##BITS##_signal_nbi(void *dest, const void *source, size_t nelems, uint64_t *sig_addr,              \
                                     uint64_t signal, int sig_op, int pe);
 HIXL_SHMEM_SIZES(HIXL_SHMEM_DECL_SIZED)
 HIXL_SHMEM_DECL_SIZED(128, void)
@@ -264,14 +266,14 @@ void shmem_getmem(void *dest, const void *source, size_t nelems, int pe);
 void shmem_ctx_getmem(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, int pe);
 void shmem_getmem_nbi(void *dest, const void *source, size_t nelems, int pe);
 void shmem_ctx_getmem_nbi(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, int pe);
-void shmem_putmem_signal(void *dest, const void *source, size_t nelems, uint64_t *sig_addr, uint64_t signal,
-                         int sig_op, int pe);
+void shmem_putmem_signal(void *dest, const void *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, int sig_op,
+                         int pe);
 void shmem_ctx_putmem_signal(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, uint64_t *sig_addr,
                              uint64_t signal, int sig_op, int pe);
 void shmem_putmem_signal_nbi(void *dest, const void *source, size_t nelems, uint64_t *sig_addr, uint64_t signal,
                              int sig_op, int pe);
-void shmem_ctx_putmem_signal_nbi(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems,
-                                 uint64_t *sig_addr, uint64_t signal, int sig_op, int pe);
+void shmem_ctx_putmem_signal_nbi(shmem_ctx_t ctx, void *dest, const void *source, size_t nelems, uint64_t *sig_addr,
+                                 uint64_t signal, int sig_op, int pe);
 uint64_t shmem_signal_fetch(const uint64_t *sig_addr);
 uint64_t shmem_signal_wait_until(uint64_t *sig_addr, int cmp, uint64_t cmp_value);
 
@@ -282,70 +284,70 @@ void shmem_quiet(void);
 void shmem_ctx_quiet(shmem_ctx_t ctx);
 
 /* ---- Atomics. */
-#define HIXL_SHMEM_DECL_AMO(T, N)                                                                    \
-  T shmem_##N##_atomic_fetch_inc(T *dest, int pe);                                                   \
-  T shmem_ctx_##N##_atomic_fetch_inc(shmem_ctx_t ctx, T *dest, int pe);                              \
-  void shmem_##N##_atomic_inc(T *dest, int pe);                                                      \
-  void shmem_ctx_##N##_atomic_inc(shmem_ctx_t ctx, T *dest, int pe);                                 \
-  T shmem_##N##_atomic_fetch_add(T *dest, T value, int pe);                                          \
-  T shmem_ctx_##N##_atomic_fetch_add(shmem_ctx_t ctx, T *dest, T value, int pe);                     \
-  void shmem_##N##_atomic_add(T *dest, T value, int pe);                                             \
-  void shmem_ctx_##N##_atomic_add(shmem_ctx_t ctx, T *dest, T value, int pe);                        \
-  T shmem_##N##_atomic_compare_swap(T *dest, T cond, T value, int pe);                               \
-  T shmem_ctx_##N##_atomic_compare_swap(shmem_ctx_t ctx, T *dest, T cond, T value, int pe);          \
-  void shmem_##N##_atomic_fetch_inc_nbi(T *fetch, T *dest, int pe);                                  \
-  void shmem_ctx_##N##_atomic_fetch_inc_nbi(shmem_ctx_t ctx, T *fetch, T *dest, int pe);             \
-  void shmem_##N##_atomic_fetch_add_nbi(T *fetch, T *dest, T value, int pe);                         \
-  void shmem_ctx_##N##_atomic_fetch_add_nbi(shmem_ctx_t ctx, T *fetch, T *dest, T value, int pe);    \
-  void shmem_##N##_atomic_compare_swap_nbi(T *fetch, T *dest, T cond, T value, int pe);              \
+#define HIXL_SHMEM_DECL_AMO(T, N)                                                                 \
+  T shmem_##N##_atomic_fetch_inc(T *dest, int pe);                                                \
+  T shmem_ctx_##N##_atomic_fetch_inc(shmem_ctx_t ctx, T *dest, int pe);                           \
+  void shmem_##N##_atomic_inc(T *dest, int pe);                                                   \
+  void shmem_ctx_##N##_atomic_inc(shmem_ctx_t ctx, T *dest, int pe);                              \
+  T shmem_##N##_atomic_fetch_add(T *dest, T value, int pe);                                       \
+  T shmem_ctx_##N##_atomic_fetch_add(shmem_ctx_t ctx, T *dest, T value, int pe);                  \
+  void shmem_##N##_atomic_add(T *dest, T value, int pe);                                          \
+  void shmem_ctx_##N##_atomic_add(shmem_ctx_t ctx, T *dest, T value, int pe);                     \
+  T shmem_##N##_atomic_compare_swap(T *dest, T cond, T value, int pe);                            \
+  T shmem_ctx_##N##_atomic_compare_swap(shmem_ctx_t ctx, T *dest, T cond, T value, int pe);       \
+  void shmem_##N##_atomic_fetch_inc_nbi(T *fetch, T *dest, int pe);                               \
+  void shmem_ctx_##N##_atomic_fetch_inc_nbi(shmem_ctx_t ctx, T *fetch, T *dest, int pe);          \
+  void shmem_##N##_atomic_fetch_add_nbi(T *fetch, T *dest, T value, int pe);                      \
+  void shmem_ctx_##N##_atomic_fetch_add_nbi(shmem_ctx_t ctx, T *fetch, T *dest, T value, int pe); \
+  void shmem_##N##_atomic_compare_swap_nbi(T *fetch, T *dest, T cond, T value, int pe);           \
   void shmem_ctx_##N##_atomic_compare_swap_nbi(shmem_ctx_t ctx, T *fetch, T *dest, T cond, T value, int pe);
 HIXL_SHMEM_AMO_TYPES(HIXL_SHMEM_DECL_AMO)
 
-#define HIXL_SHMEM_DECL_EXT_AMO(T, N)                                                                \
-  T shmem_##N##_atomic_fetch(const T *source, int pe);                                               \
-  T shmem_ctx_##N##_atomic_fetch(shmem_ctx_t ctx, const T *source, int pe);                          \
-  void shmem_##N##_atomic_set(T *dest, T value, int pe);                                             \
-  void shmem_ctx_##N##_atomic_set(shmem_ctx_t ctx, T *dest, T value, int pe);                        \
-  T shmem_##N##_atomic_swap(T *dest, T value, int pe);                                               \
-  T shmem_ctx_##N##_atomic_swap(shmem_ctx_t ctx, T *dest, T value, int pe);                          \
-  void shmem_##N##_atomic_fetch_nbi(T *fetch, const T *source, int pe);                              \
-  void shmem_ctx_##N##_atomic_fetch_nbi(shmem_ctx_t ctx, T *fetch, const T *source, int pe);         \
-  void shmem_##N##_atomic_swap_nbi(T *fetch, T *dest, T value, int pe);                              \
+#define HIXL_SHMEM_DECL_EXT_AMO(T, N)                                                        \
+  T shmem_##N##_atomic_fetch(const T *source, int pe);                                       \
+  T shmem_ctx_##N##_atomic_fetch(shmem_ctx_t ctx, const T *source, int pe);                  \
+  void shmem_##N##_atomic_set(T *dest, T value, int pe);                                     \
+  void shmem_ctx_##N##_atomic_set(shmem_ctx_t ctx, T *dest, T value, int pe);                \
+  T shmem_##N##_atomic_swap(T *dest, T value, int pe);                                       \
+  T shmem_ctx_##N##_atomic_swap(shmem_ctx_t ctx, T *dest, T value, int pe);                  \
+  void shmem_##N##_atomic_fetch_nbi(T *fetch, const T *source, int pe);                      \
+  void shmem_ctx_##N##_atomic_fetch_nbi(shmem_ctx_t ctx, T *fetch, const T *source, int pe); \
+  void shmem_##N##_atomic_swap_nbi(T *fetch, T *dest, T value, int pe);                      \
   void shmem_ctx_##N##_atomic_swap_nbi(shmem_ctx_t ctx, T *fetch, T *dest, T value, int pe);
 HIXL_SHMEM_EXT_AMO_TYPES(HIXL_SHMEM_DECL_EXT_AMO)
 
-#define HIXL_SHMEM_DECL_BITWISE_AMO(T, N)                                                            \
-  T shmem_##N##_atomic_fetch_and(T *dest, T value, int pe);                                          \
-  T shmem_ctx_##N##_atomic_fetch_and(shmem_ctx_t ctx, T *dest, T value, int pe);                     \
-  void shmem_##N##_atomic_and(T *dest, T value, int pe);                                             \
-  void shmem_ctx_##N##_atomic_and(shmem_ctx_t ctx, T *dest, T value, int pe);                        \
-  T shmem_##N##_atomic_fetch_or(T *dest, T value, int pe);                                           \
-  T shmem_ctx_##N##_atomic_fetch_or(shmem_ctx_t ctx, T *dest, T value, int pe);                      \
-  void shmem_##N##_atomic_or(T *dest, T value, int pe);                                              \
-  void shmem_ctx_##N##_atomic_or(shmem_ctx_t ctx, T *dest, T value, int pe);                         \
-  T shmem_##N##_atomic_fetch_xor(T *dest, T value, int pe);                                          \
-  T shmem_ctx_##N##_atomic_fetch_xor(shmem_ctx_t ctx, T *dest, T value, int pe);                     \
-  void shmem_##N##_atomic_xor(T *dest, T value, int pe);                                             \
-  void shmem_ctx_##N##_atomic_xor(shmem_ctx_t ctx, T *dest, T value, int pe);                        \
-  void shmem_##N##_atomic_fetch_and_nbi(T *fetch, T *dest, T value, int pe);                         \
-  void shmem_ctx_##N##_atomic_fetch_and_nbi(shmem_ctx_t ctx, T *fetch, T *dest, T value, int pe);    \
-  void shmem_##N##_atomic_fetch_or_nbi(T *fetch, T *dest, T value, int pe);                          \
-  void shmem_ctx_##N##_atomic_fetch_or_nbi(shmem_ctx_t ctx, T *fetch, T *dest, T value, int pe);     \
-  void shmem_##N##_atomic_fetch_xor_nbi(T *fetch, T *dest, T value, int pe);                         \
+#define HIXL_SHMEM_DECL_BITWISE_AMO(T, N)                                                         \
+  T shmem_##N##_atomic_fetch_and(T *dest, T value, int pe);                                       \
+  T shmem_ctx_##N##_atomic_fetch_and(shmem_ctx_t ctx, T *dest, T value, int pe);                  \
+  void shmem_##N##_atomic_and(T *dest, T value, int pe);                                          \
+  void shmem_ctx_##N##_atomic_and(shmem_ctx_t ctx, T *dest, T value, int pe);                     \
+  T shmem_##N##_atomic_fetch_or(T *dest, T value, int pe);                                        \
+  T shmem_ctx_##N##_atomic_fetch_or(shmem_ctx_t ctx, T *dest, T value, int pe);                   \
+  void shmem_##N##_atomic_or(T *dest, T value, int pe);                                           \
+  void shmem_ctx_##N##_atomic_or(shmem_ctx_t ctx, T *dest, T value, int pe);                      \
+  T shmem_##N##_atomic_fetch_xor(T *dest, T value, int pe);                                       \
+  T shmem_ctx_##N##_atomic_fetch_xor(shmem_ctx_t ctx, T *dest, T value, int pe);                  \
+  void shmem_##N##_atomic_xor(T *dest, T value, int pe);                                          \
+  void shmem_ctx_##N##_atomic_xor(shmem_ctx_t ctx, T *dest, T value, int pe);                     \
+  void shmem_##N##_atomic_fetch_and_nbi(T *fetch, T *dest, T value, int pe);                      \
+  void shmem_ctx_##N##_atomic_fetch_and_nbi(shmem_ctx_t ctx, T *fetch, T *dest, T value, int pe); \
+  void shmem_##N##_atomic_fetch_or_nbi(T *fetch, T *dest, T value, int pe);                       \
+  void shmem_ctx_##N##_atomic_fetch_or_nbi(shmem_ctx_t ctx, T *fetch, T *dest, T value, int pe);  \
+  void shmem_##N##_atomic_fetch_xor_nbi(T *fetch, T *dest, T value, int pe);                      \
   void shmem_ctx_##N##_atomic_fetch_xor_nbi(shmem_ctx_t ctx, T *fetch, T *dest, T value, int pe);
 HIXL_SHMEM_BITWISE_AMO_TYPES(HIXL_SHMEM_DECL_BITWISE_AMO)
 
 /* The atomics' names before 1.4 (int, long, long long; float and double for
  * swap, fetch and set). */
-#define HIXL_SHMEM_DECL_OLD_AMO(T, N)                                                                \
-  T shmem_##N##_fadd(T *dest, T value, int pe);                                                      \
-  T shmem_##N##_finc(T *dest, int pe);                                                               \
-  void shmem_##N##_add(T *dest, T value, int pe);                                                    \
-  void shmem_##N##_inc(T *dest, int pe);                                                             \
+#define HIXL_SHMEM_DECL_OLD_AMO(T, N)             \
+  T shmem_##N##_fadd(T *dest, T value, int pe);   \
+  T shmem_##N##_finc(T *dest, int pe);            \
+  void shmem_##N##_add(T *dest, T value, int pe); \
+  void shmem_##N##_inc(T *dest, int pe);          \
   T shmem_##N##_cswap(T *dest, T cond, T value, int pe);
-#define HIXL_SHMEM_DECL_OLD_EXT_AMO(T, N)                                                            \
-  T shmem_##N##_swap(T *dest, T value, int pe);                                                      \
-  T shmem_##N##_fetch(const T *source, int pe);                                                      \
+#define HIXL_SHMEM_DECL_OLD_EXT_AMO(T, N)       \
+  T shmem_##N##_swap(T *dest, T value, int pe); \
+  T shmem_##N##_fetch(const T *source, int pe); \
   void shmem_##N##_set(T *dest, T value, int pe);
 #define HIXL_SHMEM_OLD_AMO_TYPES(X) X(int, int) X(long, long) X(long long, longlong)
 #define HIXL_SHMEM_OLD_EXT_AMO_TYPES(X) HIXL_SHMEM_OLD_AMO_TYPES(X) X(float, float) X(double, double)
@@ -354,27 +356,24 @@ HIXL_SHMEM_OLD_EXT_AMO_TYPES(HIXL_SHMEM_DECL_OLD_EXT_AMO)
 long shmem_swap(long *dest, long value, int pe);
 
 /* ---- Point-to-point synchronisation. */
-#define HIXL_SHMEM_DECL_P2P(T, N)                                                                    \
-  void shmem_##N##_wait_until(T *ivar, int cmp, T cmp_value);                                        \
-  void shmem_##N##_wait_until_all(T *ivars, size_t nelems, const int *status, int cmp, T cmp_value);   \
-  size_t shmem_##N##_wait_until_any(T *ivars, size_t nelems, const int *status, int cmp, T cmp_value); \
-  size_t shmem_##N##_wait_until_some(T *ivars, size_t nelems, size_t *indices, const int *status, int cmp, \
-                                     T cmp_value);                                                   \
-  void shmem_##N##_wait_until_all_vector(T *ivars, size_t nelems, const int *status, int cmp,        \
-                                         T *cmp_values);                                             \
-  size_t shmem_##N##_wait_until_any_vector(T *ivars, size_t nelems, const int *status, int cmp,      \
-                                           T *cmp_values);                                           \
-  size_t shmem_##N##_wait_until_some_vector(T *ivars, size_t nelems, size_t *indices, const int *status, \
-                                            int cmp, T *cmp_values);                                 \
-  int shmem_##N##_test(T *ivar, int cmp, T cmp_value);                                               \
-  int shmem_##N##_test_all(T *ivars, size_t nelems, const int *status, int cmp, T cmp_value);        \
-  size_t shmem_##N##_test_any(T *ivars, size_t nelems, const int *status, int cmp, T cmp_value);     \
-  size_t shmem_##N##_test_some(T *ivars, size_t nelems, size_t *indices, const int *status, int cmp, \
-                               T cmp_value);                                                         \
-  int shmem_##N##_test_all_vector(T *ivars, size_t nelems, const int *status, int cmp, T *cmp_values); \
-  size_t shmem_##N##_test_any_vector(T *ivars, size_t nelems, const int *status, int cmp, T *cmp_values); \
-  size_t shmem_##N##_test_some_vector(T *ivars, size_t nelems, size_t *indices, const int *status, int cmp, \
-                                      T *cmp_values);                                                \
+#define HIXL_SHMEM_DECL_P2P(T, N)                                                                                  \
+  void shmem_##N##_wait_until(T *ivar, int cmp, T cmp_value);                                                      \
+  void shmem_##N##_wait_until_all(T *ivars, size_t nelems, const int *status, int cmp, T cmp_value);               \
+  size_t shmem_##N##_wait_until_any(T *ivars, size_t nelems, const int *status, int cmp, T cmp_value);             \
+  size_t shmem_##N##_wait_until_some(T *ivars, size_t nelems, size_t *indices, const int *status, int cmp,         \
+                                     T cmp_value);                                                                 \
+  void shmem_##N##_wait_until_all_vector(T *ivars, size_t nelems, const int *status, int cmp, T *cmp_values);      \
+  size_t shmem_##N##_wait_until_any_vector(T *ivars, size_t nelems, const int *status, int cmp, T *cmp_values);    \
+  size_t shmem_##N##_wait_until_some_vector(T *ivars, size_t nelems, size_t *indices, const int *status, int cmp,  \
+                                            T *cmp_values);                                                        \
+  int shmem_##N##_test(T *ivar, int cmp, T cmp_value);                                                             \
+  int shmem_##N##_test_all(T *ivars, size_t nelems, const int *status, int cmp, T cmp_value);                      \
+  size_t shmem_##N##_test_any(T *ivars, size_t nelems, const int *status, int cmp, T cmp_value);                   \
+  size_t shmem_##N##_test_some(T *ivars, size_t nelems, size_t *indices, const int *status, int cmp, T cmp_value); \
+  int shmem_##N##_test_all_vector(T *ivars, size_t nelems, const int *status, int cmp, T *cmp_values);             \
+  size_t shmem_##N##_test_any_vector(T *ivars, size_t nelems, const int *status, int cmp, T *cmp_values);          \
+  size_t shmem_##N##_test_some_vector(T *ivars, size_t nelems, size_t *indices, const int *status, int cmp,        \
+                                      T *cmp_values);                                                              \
   void shmem_##N##_wait(T *ivar, T cmp_value);
 HIXL_SHMEM_P2P_TYPES(HIXL_SHMEM_DECL_P2P)
 void shmem_wait(long *ivar, long cmp_value);
@@ -393,15 +392,13 @@ int shmem_broadcastmem(shmem_team_t team, void *dest, const void *source, size_t
 int shmem_collectmem(shmem_team_t team, void *dest, const void *source, size_t nelems);
 int shmem_fcollectmem(shmem_team_t team, void *dest, const void *source, size_t nelems);
 int shmem_alltoallmem(shmem_team_t team, void *dest, const void *source, size_t nelems);
-int shmem_alltoallsmem(shmem_team_t team, void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst,
-                       size_t nelems);
-#define HIXL_SHMEM_DECL_COLL(T, N)                                                                   \
+int shmem_alltoallsmem(shmem_team_t team, void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems);
+#define HIXL_SHMEM_DECL_COLL(T, N)                                                                    \
   int shmem_##N##_broadcast(shmem_team_t team, T *dest, const T *source, size_t nelems, int PE_root); \
-  int shmem_##N##_collect(shmem_team_t team, T *dest, const T *source, size_t nelems);               \
-  int shmem_##N##_fcollect(shmem_team_t team, T *dest, const T *source, size_t nelems);              \
-  int shmem_##N##_alltoall(shmem_team_t team, T *dest, const T *source, size_t nelems);              \
-  int shmem_##N##_alltoalls(shmem_team_t team, T *dest, const T *source, ptrdiff_t dst, ptrdiff_t sst, \
-                            size_t nelems);
+  int shmem_##N##_collect(shmem_team_t team, T *dest, const T *source, size_t nelems);                \
+  int shmem_##N##_fcollect(shmem_team_t team, T *dest, const T *source, size_t nelems);               \
+  int shmem_##N##_alltoall(shmem_team_t team, T *dest, const T *source, size_t nelems);               \
+  int shmem_##N##_alltoalls(shmem_team_t team, T *dest, const T *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems);
 HIXL_SHMEM_RMA_TYPES(HIXL_SHMEM_DECL_COLL)
 
 #define HIXL_SHMEM_DECL_REDUCE(T, N, OP) \
@@ -419,23 +416,23 @@ HIXL_SHMEM_REDUCE_ARITH_TYPES(HIXL_SHMEM_DECL_REDUCE_ARITH)
  * of SHMEM_*_SYNC_SIZE longs, each SHMEM_SYNC_VALUE before first use. */
 void shmem_barrier(int PE_start, int logPE_stride, int PE_size, long *pSync);
 void shmem_sync(int PE_start, int logPE_stride, int PE_size, long *pSync);
-#define HIXL_SHMEM_DECL_OLD_COLL(BITS, CT)                                                            \
-  void shmem_broadcast##BITS(void *dest, const void *source, size_t nelems, int PE_root, int PE_start, \
-                             int logPE_stride, int PE_size, long *pSync);                             \
-  void shmem_collect##BITS(void *dest, const void *source, size_t nelems, int PE_start, int logPE_stride, \
-                           int PE_size, long *pSync);                                                 \
-  void shmem_fcollect##BITS(void *dest, const void *source, size_t nelems, int PE_start, int logPE_stride, \
-                            int PE_size, long *pSync);                                                \
-  void shmem_alltoall##BITS(void *dest, const void *source, size_t nelems, int PE_start, int logPE_stride, \
-                            int PE_size, long *pSync);                                                \
-  void shmem_alltoalls##BITS(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, \
+#define HIXL_SHMEM_DECL_OLD_COLL(BITS, CT)                                                                             \
+  void shmem_broadcast##BITS(void *dest, const void *source, size_t nelems, int PE_root, int PE_start,                 \
+                             int logPE_stride, int PE_size, long *pSync);                                              \
+  void shmem_collect##BITS(void *dest, const void *source, size_t nelems, int PE_start, int logPE_stride, int PE_size, \
+                           long *pSync);                                                                               \
+  void shmem_fcollect##BITS(void *dest, const void *source, size_t nelems, int PE_start, int logPE_stride,             \
+                            int PE_size, long *pSync);                                                                 \
+  void shmem_alltoall##BITS(void *dest, const void *source, size_t nelems, int PE_start, int logPE_stride,             \
+                            int PE_size, long *pSync);                                                                 \
+  void shmem_alltoalls##BITS(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems,              \
                              int PE_start, int logPE_stride, int PE_size, long *pSync);
 HIXL_SHMEM_DECL_OLD_COLL(32, uint32_t)
 HIXL_SHMEM_DECL_OLD_COLL(64, uint64_t)
 
-#define HIXL_SHMEM_DECL_TOALL(T, N, OP)                                                              \
-  void shmem_##N##_##OP##_to_all(T *dest, const T *source, int nreduce, int PE_start, int logPE_stride, \
-                                 int PE_size, T *pWrk, long *pSync);
+#define HIXL_SHMEM_DECL_TOALL(T, N, OP)                                                                              \
+  void shmem_##N##_##OP##_to_all(T *dest, const T *source, int nreduce, int PE_start, int logPE_stride, int PE_size, \
+                                 T *pWrk, long *pSync);
 #define HIXL_SHMEM_DECL_TOALL_BITWISE(T, N) \
   HIXL_SHMEM_DECL_TOALL(T, N, and) HIXL_SHMEM_DECL_TOALL(T, N, or) HIXL_SHMEM_DECL_TOALL(T, N, xor)
 #define HIXL_SHMEM_DECL_TOALL_MINMAX(T, N) HIXL_SHMEM_DECL_TOALL(T, N, min) HIXL_SHMEM_DECL_TOALL(T, N, max)
@@ -453,14 +450,10 @@ void shmem_complexf_sum_to_all(float _Complex *dest, const float _Complex *sourc
                                int logPE_stride, int PE_size, float _Complex *pWrk, long *pSync);
 void shmem_complexf_prod_to_all(float _Complex *dest, const float _Complex *source, int nreduce, int PE_start,
                                 int logPE_stride, int PE_size, float _Complex *pWrk, long *pSync);
-int shmem_complexd_sum_reduce(shmem_team_t team, double _Complex *dest, const double _Complex *source,
-                              size_t nreduce);
-int shmem_complexd_prod_reduce(shmem_team_t team, double _Complex *dest, const double _Complex *source,
-                               size_t nreduce);
-int shmem_complexf_sum_reduce(shmem_team_t team, float _Complex *dest, const float _Complex *source,
-                              size_t nreduce);
-int shmem_complexf_prod_reduce(shmem_team_t team, float _Complex *dest, const float _Complex *source,
-                               size_t nreduce);
+int shmem_complexd_sum_reduce(shmem_team_t team, double _Complex *dest, const double _Complex *source, size_t nreduce);
+int shmem_complexd_prod_reduce(shmem_team_t team, double _Complex *dest, const double _Complex *source, size_t nreduce);
+int shmem_complexf_sum_reduce(shmem_team_t team, float _Complex *dest, const float _Complex *source, size_t nreduce);
+int shmem_complexf_prod_reduce(shmem_team_t team, float _Complex *dest, const float _Complex *source, size_t nreduce);
 #endif
 
 #ifdef __cplusplus
