@@ -173,10 +173,13 @@ T Combine(T a, T b) {
     return b < a ? b : a;
   } else if constexpr (op == Op::kMax) {
     return a < b ? b : a;
-  } else if constexpr (std::is_integral_v<T>) {  // wraps, without signed overflow
+  } else if constexpr (std::is_integral_v<T>) {
+    // Wraps, without signed overflow: in unsigned arithmetic at least as
+    // wide as unsigned int (narrower types are promoted to int).
     using U = std::make_unsigned_t<T>;
-    return static_cast<T>(op == Op::kSum ? static_cast<U>(static_cast<U>(a) + static_cast<U>(b))
-                                         : static_cast<U>(static_cast<U>(a) * static_cast<U>(b)));
+    using Wide = std::conditional_t<(sizeof(U) < sizeof(unsigned)), unsigned, U>;
+    const auto x = static_cast<Wide>(static_cast<U>(a)), y = static_cast<Wide>(static_cast<U>(b));
+    return static_cast<T>(static_cast<U>(op == Op::kSum ? x + y : x * y));
   } else {
     return op == Op::kSum ? a + b : a * b;
   }

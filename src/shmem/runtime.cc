@@ -62,18 +62,34 @@ int FindData(struct dl_phdr_info* info, size_t, void* out) {
 // the whole of the program's writable data is one promotable region.  Done
 // at shmem_init, before the program's threads use the globals as
 // OpenSHMEM objects.
+//
+// The pages hold the program's globals and, in a sanitizer build, the
+// redzones around them: they are copied word by word, out of the
+// sanitizers' view (their memcpy would report every redzone).
+__attribute__((no_sanitize_address, no_sanitize_thread)) void CopyPages(void* to, const void* from, size_t n) {
+  auto* d = static_cast<volatile uint64_t*>(to);
+  const auto* s = static_cast<const volatile uint64_t*>(from);
+  for (size_t i = 0; i < n / sizeof(uint64_t); ++i) d[i] = s[i];
+}
+
 void AnonymiseData(const char* api, uint64_t lo, uint64_t hi) {
   for (const transport::shm::MapsEntry& m : transport::shm::ReadSelfMaps(lo, hi)) {
     if (m.path.empty() || m.path[0] == '[' || m.shared || !m.read || !m.write) continue;
     const uint64_t a = std::max(m.start, lo), b = std::min(m.end, hi);
     if (a >= b) continue;
-    std::vector<char> copy(b - a);
-    std::memcpy(copy.data(), reinterpret_cast<const void*>(a), copy.size());
-    void* at = ::mmap(reinterpret_cast<void*>(a), copy.size(), PROT_READ | PROT_WRITE,
-                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
-    if (at == MAP_FAILED)
-      Fail(api, fmt::format("cannot remap the program's data at {:#x}: {}", a, std::strerror(errno)));
-    std::memcpy(at, copy.data(), copy.size());
+    // The copy is made elsewhere and moved over the old pages in one step
+    // (mremap), so a thread that reads a global meanwhile (the sanitizers'
+    // runtimes live in the program too) never sees a missing or zeroed page.
+    const size_t n = b - a;
+    void* fresh = ::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (fresh == MAP_FAILED) Fail(api, fmt::format("cannot map {} bytes: {}", n, std::strerror(errno)));
+    CopyPages(fresh, reinterpret_cast<const void*>(a), n);
+    void* at = ::mremap(fresh, n, n, MREMAP_MAYMOVE | MREMAP_FIXED, reinterpret_cast<void*>(a));
+    if (at == MAP_FAILED) {
+      const int e = errno;
+      ::munmap(fresh, n);
+      Fail(api, fmt::format("cannot move the program's data at {:#x} to anonymous memory: {}", a, std::strerror(e)));
+    }
   }
 }
 
