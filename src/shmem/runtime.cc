@@ -3,6 +3,7 @@
 #include <link.h>
 #include <sched.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -84,8 +85,10 @@ void AnonymiseData(const char* api, uint64_t lo, uint64_t hi) {
     void* fresh = ::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (fresh == MAP_FAILED) Fail(api, fmt::format("cannot map {} bytes: {}", n, std::strerror(errno)));
     CopyPages(fresh, reinterpret_cast<const void*>(a), n);
-    void* at = ::mremap(fresh, n, n, MREMAP_MAYMOVE | MREMAP_FIXED, reinterpret_cast<void*>(a));
-    if (at == MAP_FAILED) {
+    // The system call itself: UCX's mremap hook (libucm) drops the fifth
+    // argument, and would move the pages to wherever a register held.
+    const long at = ::syscall(SYS_mremap, fresh, n, n, MREMAP_MAYMOVE | MREMAP_FIXED, a);
+    if (at != static_cast<long>(a)) {
       const int e = errno;
       ::munmap(fresh, n);
       Fail(api, fmt::format("cannot move the program's data at {:#x} to anonymous memory: {}", a, std::strerror(e)));

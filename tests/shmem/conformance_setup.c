@@ -65,9 +65,17 @@ void test_setup(const char *mode) {
   CHECK(shmem_ptr(heap, me) == (void *)heap, "shmem_ptr(heap, my_pe) = %p, want %p", shmem_ptr(heap, me), (void *)heap);
   CHECK(shmem_ptr(my_global, me) == (void *)my_global, "shmem_ptr(my_global, my_pe)");
   CHECK(shmem_ptr(&static_init[2], me) == (void *)&static_init[2], "shmem_ptr(&static_init[2], my_pe)");
+  /* SHMEM_CONFORMANCE_MAPPED=1 (set where every PE is on this host and
+   * promotion is on): every peer's heap and globals must be mapped here, so
+   * that loads, stores and the CPU's atomics reach them. */
+  const char *mapped = getenv("SHMEM_CONFORMANCE_MAPPED");
   for (pe = 0; pe < npes; pe++) {
     long *p = (long *)shmem_ptr(heap, pe);
     long *g = (long *)shmem_ptr(my_global, pe);
+    if (mapped != NULL && strcmp(mapped, "1") == 0) {
+      CHECK(p != NULL, "shmem_ptr(heap, %d) is NULL, though every PE is mapped here", pe);
+      CHECK(g != NULL, "shmem_ptr(my_global, %d) is NULL: the globals are not mapped here (not promoted?)", pe);
+    }
     if (p != NULL) CHECK(*p == 1000 + pe, "*shmem_ptr(heap, %d) = %ld, want %d", pe, *p, 1000 + pe);
     if (g != NULL) CHECK(*g == 2000 + pe, "*shmem_ptr(my_global, %d) = %ld, want %d", pe, *g, 2000 + pe);
   }
