@@ -271,6 +271,9 @@ void Finalize(const char* api) {
   if (s.init_count == 0 || s.finalized) return;
   world::WorldImpl* w = s.w;
   Check(api, w->Barrier());
+  // Private pages go back over the program's data in one step
+  // (promotion.h), so its other threads (and the sanitizers' runtimes,
+  // linked into the program) read their globals throughout.
   if (s.data_hi > s.data_lo) Check(api, w->Deregister(reinterpret_cast<void*>(s.data_lo)));
   s.finalized = true;
   if (s.owns_world) {

@@ -75,17 +75,32 @@ bool ReadAll(int fd, void* dst, uint64_t n) {
   return true;
 }
 
-// Puts private anonymous memory holding the memfd's bytes over [lo, hi).
-// Through mmap (not a raw mremap of a filled copy): memory hooks such as
-// UCX's see the pages change, and UCX's mremap hook drops mremap's fifth
-// argument.  Until the copy is done the range reads zeros, hence the
-// contract that no other thread uses it during deregistration.
+// Puts private anonymous memory holding the memfd's bytes over [lo, hi),
+// in one step: the copy is filled elsewhere and moved over the range by the
+// mremap system call, so a thread that reads the range meanwhile sees its
+// bytes, never zeros (a program's own globals may be promoted, and the
+// sanitizers' runtimes read theirs from any thread).  The raw system call,
+// as UCX's mremap hook drops mremap's fifth argument; then a mremap of the
+// range onto itself through the C library, which the kernel does not act
+// on but memory hooks such as UCX's see as the range unmapped and mapped
+// again (so that no cache of theirs keeps the shared pages).  A write by
+// another thread while the copy is made is still lost: the contract that no
+// other thread writes the range during deregistration stands.
 bool Privatise(uint64_t lo, uint64_t hi, int fd) {
   const uint64_t n = hi - lo;
-  void* at =
-      ::mmap(reinterpret_cast<void*>(lo), n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
-  if (at == MAP_FAILED) return false;
-  return ReadAll(fd, at, n);
+  void* fresh = ::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (fresh == MAP_FAILED) return false;
+  if (!ReadAll(fd, fresh, n)) {
+    ::munmap(fresh, n);
+    return false;
+  }
+  const long moved = ::syscall(SYS_mremap, fresh, n, n, MREMAP_MAYMOVE | MREMAP_FIXED, lo);
+  if (moved != static_cast<long>(lo)) {
+    ::munmap(fresh, n);
+    return false;
+  }
+  (void)::mremap(reinterpret_cast<void*>(lo), n, n, 0);
+  return true;
 }
 
 // fork: the child makes every promoted range private again and forgets the
