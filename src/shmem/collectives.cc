@@ -252,23 +252,6 @@ void Reduce(const Group& g, Op op, T* dest, const T* source, size_t n) {
   Fail(g.api, "a bitwise reduction of a floating-point type");
 }
 
-// The complex sums and products of the legacy reductions.
-template <typename C>
-void ReduceComplex(const Group& g, bool prod, C* dest, const C* source, size_t n) {
-  Sync(g, true);
-  if (n > 0) {
-    C* acc = static_cast<C*>(Scratch(0, n * sizeof(C)));
-    C* part = static_cast<C*>(Scratch(1, n * sizeof(C)));
-    std::memcpy(acc, SourceOf(g, 0, source, n, part), n * sizeof(C));
-    for (int i = 1; i < g.size(); ++i) {
-      const C* p = SourceOf(g, i, source, n, part);
-      for (size_t k = 0; k < n; ++k) acc[k] = prod ? acc[k] * p[k] : acc[k] + p[k];
-    }
-  }
-  Sync(g, true);
-  if (n) std::memcpy(dest, static_cast<C*>(Scratch(0, n * sizeof(C))), n * sizeof(C));
-}
-
 }  // namespace
 }  // namespace hixl::shmem
 
@@ -413,26 +396,27 @@ HIXL_SHMEM_TOALL_MINMAX_TYPES(HIXL_SHMEM_DEF_TOALL_MINMAX)
 HIXL_SHMEM_TOALL_ARITH_TYPES(HIXL_SHMEM_DEF_TOALL_ARITH)
 
 // C's double _Complex and float _Complex, as GCC's __complex__ (the same
-// layout).  The header declares these for C only, so they are exported
-// here by hand (the library's default visibility is hidden).
+// layout), summed and multiplied as the real types are.  The header
+// declares these for C only, so they are exported here by hand (the
+// library's default visibility is hidden).
 #define HIXL_SHMEM_EXPORT __attribute__((visibility("default")))
-#define HIXL_SHMEM_DEF_COMPLEX(N, C, OP, PROD)                                                                    \
-  HIXL_SHMEM_EXPORT void shmem_##N##_##OP##_to_all(C* dest, const C* source, int nreduce, int PE_start,           \
-                                                   int logPE_stride, int PE_size, C*, long* pSync) {              \
-    const char* api = "shmem_" #N "_" #OP "_to_all";                                                              \
-    if (nreduce < 0) hixl::shmem::Fail(api, fmt::format("nreduce {} is negative", nreduce));                      \
-    hixl::shmem::ReduceComplex<C>(FromActiveSet(api, PE_start, logPE_stride, PE_size, pSync), PROD, dest, source, \
-                                  static_cast<size_t>(nreduce));                                                  \
-  }                                                                                                               \
-  HIXL_SHMEM_EXPORT int shmem_##N##_##OP##_reduce(shmem_team_t team, C* dest, const C* source, size_t nreduce) {  \
-    Group g;                                                                                                      \
-    if (!FromTeam("shmem_" #N "_" #OP "_reduce", team, &g)) return -1;                                            \
-    hixl::shmem::ReduceComplex<C>(g, PROD, dest, source, nreduce);                                                \
-    return 0;                                                                                                     \
+#define HIXL_SHMEM_DEF_COMPLEX(N, C, OP, KIND)                                                                   \
+  HIXL_SHMEM_EXPORT void shmem_##N##_##OP##_to_all(C* dest, const C* source, int nreduce, int PE_start,          \
+                                                   int logPE_stride, int PE_size, C*, long* pSync) {             \
+    const char* api = "shmem_" #N "_" #OP "_to_all";                                                             \
+    if (nreduce < 0) hixl::shmem::Fail(api, fmt::format("nreduce {} is negative", nreduce));                     \
+    hixl::shmem::ReduceWith<KIND>(FromActiveSet(api, PE_start, logPE_stride, PE_size, pSync), dest, source,      \
+                                  static_cast<size_t>(nreduce));                                                 \
+  }                                                                                                              \
+  HIXL_SHMEM_EXPORT int shmem_##N##_##OP##_reduce(shmem_team_t team, C* dest, const C* source, size_t nreduce) { \
+    Group g;                                                                                                     \
+    if (!FromTeam("shmem_" #N "_" #OP "_reduce", team, &g)) return -1;                                           \
+    hixl::shmem::ReduceWith<KIND>(g, dest, source, nreduce);                                                     \
+    return 0;                                                                                                    \
   }
-HIXL_SHMEM_DEF_COMPLEX(complexd, __complex__ double, sum, false)
-HIXL_SHMEM_DEF_COMPLEX(complexd, __complex__ double, prod, true)
-HIXL_SHMEM_DEF_COMPLEX(complexf, __complex__ float, sum, false)
-HIXL_SHMEM_DEF_COMPLEX(complexf, __complex__ float, prod, true)
+HIXL_SHMEM_DEF_COMPLEX(complexd, __complex__ double, sum, Op::kSum)
+HIXL_SHMEM_DEF_COMPLEX(complexd, __complex__ double, prod, Op::kProd)
+HIXL_SHMEM_DEF_COMPLEX(complexf, __complex__ float, sum, Op::kSum)
+HIXL_SHMEM_DEF_COMPLEX(complexf, __complex__ float, prod, Op::kProd)
 
 }  // extern "C"

@@ -12,12 +12,18 @@
 namespace hixl::shmem {
 namespace {
 
+// Completes what this PE started to pe where the transport may still be
+// using the buffers when its call returns (UCX); on one host it is done.
+void CompleteIfPending(const char* api, world::WorldImpl* w, int pe) {
+  if (!S().synchronous[static_cast<size_t>(pe)]) Check(api, w->Fence());
+}
+
 void Put(const char* api, void* dest, const void* source, size_t bytes, int pe, bool complete) {
   world::WorldImpl* w = W(api);
   CheckPe(api, pe);
   if (bytes == 0) return;
   Check(api, w->Put(pe, source, Remote(dest, pe), bytes));
-  if (complete && !S().synchronous[static_cast<size_t>(pe)]) Check(api, w->Fence());
+  if (complete) CompleteIfPending(api, w, pe);
 }
 
 void Get(const char* api, void* dest, const void* source, size_t bytes, int pe, bool complete) {
@@ -25,7 +31,7 @@ void Get(const char* api, void* dest, const void* source, size_t bytes, int pe, 
   CheckPe(api, pe);
   if (bytes == 0) return;
   Check(api, w->Get(pe, Remote(source, pe), dest, bytes));
-  if (complete && !S().synchronous[static_cast<size_t>(pe)]) Check(api, w->Fence());
+  if (complete) CompleteIfPending(api, w, pe);
 }
 
 // Strided: element i of the target at i * tst, of the source at i * sst
@@ -40,7 +46,7 @@ void Strided(const char* api, bool put, char* dest, const char* source, ptrdiff_
     const char* s = source + static_cast<ptrdiff_t>(i) * sst * static_cast<ptrdiff_t>(elem);
     Check(api, put ? w->Put(pe, s, Remote(d, pe), elem) : w->Get(pe, Remote(s, pe), d, elem));
   }
-  if (!S().synchronous[static_cast<size_t>(pe)]) Check(api, w->Fence());
+  CompleteIfPending(api, w, pe);
 }
 
 void PutSignal(const char* api, void* dest, const void* source, size_t bytes, uint64_t* sig_addr, uint64_t signal,
@@ -52,7 +58,7 @@ void PutSignal(const char* api, void* dest, const void* source, size_t bytes, ui
   }
   // SHMEM_SIGNAL_SET/ADD are hixl's HIXL_SIGNAL_SET/ADD.
   Check(api, w->PutSignal(pe, source, Remote(dest, pe), bytes, Remote(sig_addr, pe), signal, sig_op));
-  if (complete && !S().synchronous[static_cast<size_t>(pe)]) Check(api, w->Fence());
+  if (complete) CompleteIfPending(api, w, pe);
 }
 
 }  // namespace

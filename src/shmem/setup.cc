@@ -13,8 +13,9 @@ namespace {
 void BarrierAll(const char* api) { hixl::shmem::Check(api, W(api)->Barrier()); }
 
 // Every allocation: the world's symmetric heap, then a barrier (the
-// standard's), so that no PE puts into a block a peer has not made yet.
-void* Allocate(const char* api, size_t alignment, size_t size) {
+// standard's), so that no PE puts into a block a peer has not made yet
+// (zeroed first, for calloc).
+void* Allocate(const char* api, size_t alignment, size_t size, bool zero = false) {
   auto& s = S();
   hixl::world::WorldImpl* w = W(api);
   void* user = nullptr;
@@ -26,6 +27,7 @@ void* Allocate(const char* api, size_t alignment, size_t size) {
       void* base = r.value();
       user = base;
       if (extra) user = reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(base) + alignment - 1) & ~(alignment - 1));
+      if (zero) std::memset(user, 0, size);
       std::lock_guard lock(s.mu);
       s.allocations[user] = {base, size};
     }
@@ -123,22 +125,7 @@ void* shmem_malloc_with_hints(size_t size, long hints) {
 
 void* shmem_calloc(size_t count, size_t size) {
   if (size != 0 && count > SIZE_MAX / size) return Allocate("shmem_calloc", 0, 0);
-  // Zero the block before the barrier, so no peer's put lands before it.
-  const size_t n = count * size;
-  auto& s = S();
-  hixl::world::WorldImpl* w = W("shmem_calloc");
-  void* user = nullptr;
-  if (n > 0) {
-    auto r = w->Alloc(n);
-    if (r.ok()) {
-      user = r.value();
-      std::memset(user, 0, n);
-      std::lock_guard lock(s.mu);
-      s.allocations[user] = {user, n};
-    }
-  }
-  BarrierAll("shmem_calloc");
-  return user;
+  return Allocate("shmem_calloc", 0, count * size, true);
 }
 
 void* shmem_align(size_t alignment, size_t size) {

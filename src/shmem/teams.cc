@@ -108,13 +108,12 @@ uint32_t AgreeSlots(const Group& g, uint32_t count) {
   world::WorldImpl* w = W(g.api);
   s.block->team_slot = s.next_slot;
   Sync(g, false);
-  uint64_t slot = 0;
-  for (int pe : g.pes) {
-    uint64_t theirs = 0;
-    Check(g.api, w->Get(pe, reinterpret_cast<uint64_t>(&s.block->team_slot), &theirs, sizeof theirs));
-    Check(g.api, w->Fence());
-    slot = std::max(slot, theirs);
+  std::vector<uint64_t> offered(g.pes.size());
+  for (size_t i = 0; i < g.pes.size(); ++i) {
+    Check(g.api, w->Get(g.pes[i], reinterpret_cast<uint64_t>(&s.block->team_slot), &offered[i], sizeof(uint64_t)));
   }
+  Check(g.api, w->Fence());  // every get has landed (over UCX they complete here)
+  const uint64_t slot = *std::max_element(offered.begin(), offered.end());
   Sync(g, false);
   if (slot + count > kTeamSlots) {
     Fail(g.api, fmt::format("no team slot is left ({} teams have been made; at most {})", slot, kTeamSlots - 2));
