@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <atomic>
 
+#include "transport/transport.h"
+
 namespace hixl::world {
 
 namespace {
@@ -34,6 +36,19 @@ DisseminationBarrier::DisseminationBarrier(const Options& options, uint64_t* fla
       probe_(std::move(probe)),
       wakes_(std::move(wakes)),
       spin_us_(std::max<int64_t>(0, options.spin_ceiling_us)) {}
+
+void DisseminationBarrier::SignalMapped(uint64_t* peer_block, size_t round, uint64_t epoch) {
+  uint64_t* const flag = peer_block + FlagOffset(round) / sizeof(uint64_t);
+  // Sequentially consistent on both sides (Wait: the sleep word's store,
+  // then the flag's load): either the waiter sees the epoch before it
+  // sleeps, or this sees that it sleeps (or is about to: the futex wait
+  // returns at once when the flag no longer holds what the waiter read).
+  std::atomic_ref<uint64_t>(*flag).store(epoch, std::memory_order_seq_cst);
+  if (std::atomic_ref<uint64_t>(peer_block[SleepOffset(round) / sizeof(uint64_t)]).load(std::memory_order_seq_cst) !=
+      0) {
+    transport::WakeWaiters(flag);
+  }
+}
 
 size_t DisseminationBarrier::Rounds(int n) {
   size_t k = 0;
@@ -97,10 +112,17 @@ Status DisseminationBarrier::Wait(size_t round, int from, uint64_t epoch, Clock:
   }
   // Sleep on the word's futex (the low half: the epoch's low 32 bits change
   // with every barrier), asking now and then whether a peer has died.
+  // The sleep word first (SignalMapped's other half), cleared on the way out.
   const bool wakes = wakes_(from);
+  std::atomic_ref<uint64_t> sleeping(flags_[SleepOffset(round) / sizeof(uint64_t)]);
+  sleeping.store(1, std::memory_order_seq_cst);
+  struct Awake {
+    std::atomic_ref<uint64_t>& s;
+    ~Awake() { s.store(0, std::memory_order_relaxed); }
+  } awake{sleeping};
   auto next_probe = Clock::now() + opt_.probe_every;
   while (true) {
-    const uint64_t v = word.load(std::memory_order_acquire);
+    const uint64_t v = word.load(std::memory_order_seq_cst);
     if (v >= epoch) {
       Adapt(Clock::now() - start, true, pause_us_ > 0);
       return Status::Ok();

@@ -11,6 +11,10 @@
 // The waiter spins (adaptively: see Barrier::Wait), then sleeps on the flag
 // word's futex; transports that wake futex sleepers (Capabilities::
 // wakes_waiters) end the sleep at once, others are polled in short slices.
+// The line's second word says whether its waiter is asleep (or about to
+// be): a signaller that stores into the peer's block itself (SignalMapped)
+// makes the futex wake system call only then, so a barrier whose signals
+// come within the spin costs no system call on either side.
 // While it sleeps it asks, every probe interval, whether a peer has died, so
 // a dead peer ends the barrier with kPeerFailed naming it rather than the
 // timeout.
@@ -83,6 +87,12 @@ class DisseminationBarrier {
 
   static size_t Rounds(int n);
   static constexpr uint64_t FlagOffset(size_t round) { return round * kLine; }
+  // The word of round's line that is non-zero while its waiter sleeps.
+  static constexpr uint64_t SleepOffset(size_t round) { return round * kLine + sizeof(uint64_t); }
+  // A Signal for a peer whose block is mapped here at `peer_block`: stores
+  // epoch into round's flag, then wakes the peer's waiter only if it sleeps.
+  // Everything this thread wrote before is seen by whoever sees the epoch.
+  static void SignalMapped(uint64_t* peer_block, size_t round, uint64_t epoch);
   // The spin the next wait starts with, in microseconds (for tests).
   int64_t spin_us() const { return spin_us_; }
 

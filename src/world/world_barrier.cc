@@ -46,6 +46,16 @@ Status WorldImpl::SignalBarrier(int to, size_t round, uint64_t epoch) {
   const uint64_t addr = reinterpret_cast<uint64_t>(barrier_block_) + DisseminationBarrier::FlagOffset(round);
   PeerTable::Pin pin;
   HIXL_ASSIGN_OR_RETURN(const PeerTable::Entry* e, Lookup("hixl_barrier", to, addr, sizeof(uint64_t), &pin));
+  // Where the peer's block is mapped here (the shm transport's heap), the
+  // store is ours, and so is the choice to skip the futex wake when no one
+  // sleeps.  Every put to the peer before it is done: the fence before the
+  // barrier completed them all, and the allgather's (before_signal) went
+  // into the same mapping.
+  if (void* flag = e->key->Direct(addr)) {
+    auto* block = reinterpret_cast<uint64_t*>(static_cast<char*>(flag) - DisseminationBarrier::FlagOffset(round));
+    DisseminationBarrier::SignalMapped(block, round, epoch);
+    return Status::Ok();
+  }
   uint64_t old = 0;
   // Ordered after every put this rank issued to the peer (and the fence
   // before the barrier completed them all).

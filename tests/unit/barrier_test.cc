@@ -1,7 +1,7 @@
 // Unit tests of the dissemination barrier (src/world/barrier.h), with
 // threads as ranks: each thread's flag block is plain memory, and a signal
-// is an atomic store into the peer's block plus a futex wake, as the shm
-// transport's atomic on a mapped word does.  The multi-process runs over
+// is SignalMapped (an atomic store into the peer's block, and a futex wake
+// where the peer sleeps), as the world's signal to a mapped peer is.  The multi-process runs over
 // the real transports are tests/mp/barrier_stress.cc.
 #include "world/barrier.h"
 
@@ -35,10 +35,13 @@ struct Ranks {
       o.size = n;
       barriers.push_back(std::make_unique<DisseminationBarrier>(
           o, blocks[static_cast<size_t>(r)].words,
-          [this](int to, size_t round, uint64_t epoch) -> Status {
-            uint64_t* w = &blocks[static_cast<size_t>(to)].words[DisseminationBarrier::FlagOffset(round) / 8];
-            std::atomic_ref<uint64_t>(*w).store(epoch);
-            transport::WakeWaiters(w);
+          [this, wakes](int to, size_t round, uint64_t epoch) -> Status {
+            uint64_t* block = blocks[static_cast<size_t>(to)].words;
+            if (wakes) {
+              DisseminationBarrier::SignalMapped(block, round, epoch);
+            } else {
+              std::atomic_ref<uint64_t>(block[DisseminationBarrier::FlagOffset(round) / 8]).store(epoch);
+            }
             ++signals;
             return Status::Ok();
           },
@@ -110,6 +113,27 @@ TEST(DisseminationBarrierTest, OrdersMemoryAtEverySize) {
 }
 
 TEST(DisseminationBarrierTest, SleepsAtOnceWithNoSpin) { OrdersMemory(4, true, 0); }
+
+// Every wait sleeps at once, so every signal races with a waiter going to
+// sleep: a wake that SignalMapped skipped wrongly would hang the barrier
+// (until the timeout fails it).
+TEST(DisseminationBarrierTest, NoWakeIsLostWhenWaitersSleepAtOnce) {
+  for (int n : {2, 3}) {
+    SCOPED_TRACE("ranks: " + std::to_string(n));
+    OrdersMemory(n, true, 0);
+  }
+}
+
+// The sleep word is set only while a waiter sleeps.
+TEST(DisseminationBarrierTest, TheSleepWordIsClearAfterEveryBarrier) {
+  DisseminationBarrier::Options o;
+  o.spin_ceiling_us = 0;
+  Ranks ranks(2, o, true);
+  std::thread other([&] { ASSERT_TRUE(ranks.barriers[1]->Run().ok()); });
+  ASSERT_TRUE(ranks.barriers[0]->Run().ok());
+  other.join();
+  for (auto& b : ranks.blocks) EXPECT_EQ(b.words[DisseminationBarrier::SleepOffset(0) / 8], 0u);
+}
 
 TEST(DisseminationBarrierTest, PeersThatDoNotWakeArePolled) { OrdersMemory(3, false, 0); }
 
