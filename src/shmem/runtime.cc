@@ -142,6 +142,29 @@ int CtxPe(shmem_ctx_t ctx, int pe) {
   return t->pes[static_cast<size_t>(pe)];
 }
 
+void Pending(shmem_ctx_t ctx, int pe) {
+  State& s = S();
+  if (s.synchronous[static_cast<size_t>(pe)]) return;
+  std::lock_guard lock(ctx->mu);
+  if (ctx->pending.size() != static_cast<size_t>(s.npes)) ctx->pending.assign(static_cast<size_t>(s.npes), 0);
+  if (ctx->pending[static_cast<size_t>(pe)] != 0) return;
+  ctx->pending[static_cast<size_t>(pe)] = 1;
+  ctx->pending_pes.push_back(pe);
+}
+
+void Quiet(const char* api, shmem_ctx_t ctx) {
+  world::WorldImpl* w = W(api);
+  std::vector<int> pes;
+  {
+    std::lock_guard lock(ctx->mu);
+    pes.swap(ctx->pending_pes);
+    for (int pe : pes) ctx->pending[static_cast<size_t>(pe)] = 0;
+  }
+  // What another thread of this context starts meanwhile is after this
+  // quiet: noted again, completed by the next.
+  for (int pe : pes) Check(api, w->Fence(pe));
+}
+
 uint64_t Remote(const void* addr, int pe) {
   const State& s = S();
   const auto a = reinterpret_cast<uint64_t>(addr);

@@ -31,9 +31,16 @@ struct hixl_shmem_team {
   bool world = false;  // every PE, in world order
 };
 
+// A context: its team (PE numbers), and the world PEs it may still have
+// transfers in flight to (its _nbi operations to PEs whose transport
+// completes them later: UCX), which its quiet and fence complete, and only
+// those (hixl::shmem::Quiet).
 struct hixl_shmem_ctx {
   shmem_team_t team = nullptr;
   long options = 0;
+  std::mutex mu;
+  std::vector<uint8_t> pending;  // per world PE; guarded by mu
+  std::vector<int> pending_pes;  // the PEs marked in pending, in order; guarded by mu
 };
 
 namespace hixl::shmem {
@@ -92,6 +99,14 @@ void CheckPe(const char* api, int pe);
 // The world PE of a context's PE number (a team's context numbers its PEs
 // as the team does).
 int CtxPe(shmem_ctx_t ctx, int pe);
+// Notes that ctx may have a transfer to world PE pe still in flight (an
+// _nbi operation): nothing to note where pe's transport completes every
+// transfer when the call returns (S().synchronous).
+void Pending(shmem_ctx_t ctx, int pe);
+// Completes ctx's transfers (what Pending noted), and not other contexts'
+// where they go to other PEs: shmem_ctx_quiet, shmem_ctx_fence and
+// shmem_ctx_destroy.
+void Quiet(const char* api, shmem_ctx_t ctx);
 // Where pe holds the symmetric object this PE holds at addr.
 uint64_t Remote(const void* addr, int pe);
 bool Symmetric(const void* addr);

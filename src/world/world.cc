@@ -442,6 +442,15 @@ Status WorldImpl::Fence() {
   return s;
 }
 
+Status WorldImpl::Fence(int rank) {
+  if (rank < 0 || rank >= size())
+    return Err(Errc::kInvalidArg, "fence: rank {} is outside the world of {}", rank, size());
+  PeerSession& p = peer(rank);
+  Status s = p.transport().Flush(rank);
+  Status d = p.TakeDeferred();
+  return s.ok() ? d : s;
+}
+
 Status WorldImpl::Finalize() {
   if (finalized_) return Status::Ok();
   finalized_ = true;

@@ -48,6 +48,9 @@ class WorldImpl final : private Session::Delegate {
   Status Put(int dst_rank, const void* src, uint64_t dst_addr, size_t size);
   Status Get(int src_rank, uint64_t src_addr, void* dst, size_t size);
   Status Fence();
+  // Completes this process's transfers to or from `rank` only (those to
+  // other ranks may stay in flight); errors name the rank.
+  Status Fence(int rank);
   // Where rank's registered bytes [addr, addr+size) are mapped in this
   // process (null where they are not, such as another host's); an error
   // when rank has no region holding them.  Valid until rank frees or

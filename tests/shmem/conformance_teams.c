@@ -29,6 +29,24 @@ void test_contexts(void) {
   shmem_long_atomic_set(flag, 1, right_pe);
   shmem_long_wait_until(flag, SHMEM_CMP_EQ, 1);
   for (i = 0; i < 256; i++) CHECK(data[i] == left_pe * 1000 + i, "ctx put_nbi + ctx_quiet: [%d] = %ld", i, data[i]);
+  /* a context's quiet completes its puts to every PE it put to (pool_b's count, on the default context, after) */
+  {
+    long *count = (long *)pool_b + 8, *block = data + 1024;
+    int pe;
+    *count = 0;
+    shmem_barrier_all();
+    for (pe = 0; pe < npes; pe++)
+      if (pe != me) shmem_ctx_long_put_nbi(ctx2, block + 64 * me, src, 64, pe);
+    shmem_ctx_quiet(ctx2);
+    for (pe = 0; pe < npes; pe++)
+      if (pe != me) shmem_long_atomic_add(count, 1, pe);
+    shmem_long_wait_until(count, SHMEM_CMP_EQ, npes - 1);
+    for (pe = 0; pe < npes; pe++)
+      for (i = 0; pe != me && i < 64; i++)
+        CHECK(block[64 * pe + i] == pe * 1000 + i, "ctx put_nbi to every PE + ctx_quiet: PE %d's [%d] = %ld", pe, i,
+              block[64 * pe + i]);
+    shmem_barrier_all();
+  }
   /* a context's fence orders its puts */
   shmem_ctx_long_put(ctx, data + 256, src, 16, right_pe);
   shmem_ctx_fence(ctx);
