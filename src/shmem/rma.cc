@@ -12,18 +12,13 @@
 namespace hixl::shmem {
 namespace {
 
-// Completes what this PE started to pe where the transport may still be
-// using the buffers when its call returns (UCX); on one host it is done.
-// Transfers to other PEs stay in flight.
-void CompleteIfPending(const char* api, world::WorldImpl* w, int pe) {
-  if (!S().synchronous[static_cast<size_t>(pe)]) Check(api, w->Fence(pe));
-}
-
-// A blocking transfer (complete) completes at once; an _nbi one is noted
-// as ctx's, for ctx's quiet.  pe is ctx's PE number (its team's).
+// A blocking transfer (complete) is done with its buffers when this
+// returns; what may still be on its way to pe (an _nbi transfer; on one
+// host, a put the relay has yet to land) is noted as ctx's, for ctx's
+// quiet.  pe: a world PE.
 void Done(const char* api, shmem_ctx_t ctx, world::WorldImpl* w, int pe, bool complete) {
-  if (complete) {
-    CompleteIfPending(api, w, pe);
+  if (complete && !S().synchronous[static_cast<size_t>(pe)]) {
+    Check(api, w->Fence(pe));
   } else {
     Pending(ctx, pe);
   }
@@ -60,7 +55,7 @@ void Strided(const char* api, shmem_ctx_t ctx, bool put, char* dest, const char*
     const char* s = source + static_cast<ptrdiff_t>(i) * sst * static_cast<ptrdiff_t>(elem);
     Check(api, put ? w->Put(pe, s, Remote(d, pe), elem) : w->Get(pe, Remote(s, pe), d, elem));
   }
-  CompleteIfPending(api, w, pe);
+  Done(api, ctx, w, pe, true);
 }
 
 void PutSignal(const char* api, shmem_ctx_t ctx, void* dest, const void* source, size_t bytes, uint64_t* sig_addr,

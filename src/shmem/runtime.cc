@@ -142,13 +142,22 @@ int CtxPe(shmem_ctx_t ctx, int pe) {
   return t->pes[static_cast<size_t>(pe)];
 }
 
+shmem_ctx_t NewCtx(shmem_team_t team, long options) {
+  auto* c = new hixl_shmem_ctx;
+  c->team = team;
+  c->options = options;
+  c->pending = std::make_unique<std::atomic<uint8_t>[]>(static_cast<size_t>(S().npes));
+  return c;
+}
+
 void Pending(shmem_ctx_t ctx, int pe) {
-  State& s = S();
-  if (s.synchronous[static_cast<size_t>(pe)]) return;
+  std::atomic<uint8_t>& noted = ctx->pending[static_cast<size_t>(pe)];
+  // Noted already: a quiet that takes it after this check flushes after the
+  // transfer this notes was started.
+  if (noted.load(std::memory_order_acquire) != 0) return;
   std::lock_guard lock(ctx->mu);
-  if (ctx->pending.size() != static_cast<size_t>(s.npes)) ctx->pending.assign(static_cast<size_t>(s.npes), 0);
-  if (ctx->pending[static_cast<size_t>(pe)] != 0) return;
-  ctx->pending[static_cast<size_t>(pe)] = 1;
+  if (noted.load(std::memory_order_relaxed) != 0) return;
+  noted.store(1, std::memory_order_release);
   ctx->pending_pes.push_back(pe);
 }
 
@@ -158,7 +167,7 @@ void Quiet(const char* api, shmem_ctx_t ctx) {
   {
     std::lock_guard lock(ctx->mu);
     pes.swap(ctx->pending_pes);
-    for (int pe : pes) ctx->pending[static_cast<size_t>(pe)] = 0;
+    for (int pe : pes) ctx->pending[static_cast<size_t>(pe)].store(0, std::memory_order_release);
   }
   // What another thread of this context starts meanwhile is after this
   // quiet: noted again, completed by the next.

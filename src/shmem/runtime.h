@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -32,15 +33,16 @@ struct hixl_shmem_team {
 };
 
 // A context: its team (PE numbers), and the world PEs it may still have
-// transfers in flight to (its _nbi operations to PEs whose transport
-// completes them later: UCX), which its quiet and fence complete, and only
-// those (hixl::shmem::Quiet).
+// transfers on their way to (its _nbi operations where the transport
+// completes them later, UCX; on one host, puts the relay has yet to land),
+// which its quiet and fence complete, and only those (hixl::shmem::Quiet).
 struct hixl_shmem_ctx {
   shmem_team_t team = nullptr;
   long options = 0;
-  std::mutex mu;
-  std::vector<uint8_t> pending;  // per world PE; guarded by mu
-  std::vector<int> pending_pes;  // the PEs marked in pending, in order; guarded by mu
+  std::mutex mu;  // held to add to or take pending_pes
+  // Per world PE: whether it is in pending_pes (set under mu; read without).
+  std::unique_ptr<std::atomic<uint8_t>[]> pending;
+  std::vector<int> pending_pes;  // guarded by mu
 };
 
 namespace hixl::shmem {
@@ -99,9 +101,9 @@ void CheckPe(const char* api, int pe);
 // The world PE of a context's PE number (a team's context numbers its PEs
 // as the team does).
 int CtxPe(shmem_ctx_t ctx, int pe);
-// Notes that ctx may have a transfer to world PE pe still in flight (an
-// _nbi operation): nothing to note where pe's transport completes every
-// transfer when the call returns (S().synchronous).
+// A new context of team (the world's PEs known: init has run).
+shmem_ctx_t NewCtx(shmem_team_t team, long options);
+// Notes that ctx may have a transfer to world PE pe still on its way.
 void Pending(shmem_ctx_t ctx, int pe);
 // Completes ctx's transfers (what Pending noted), and not other contexts'
 // where they go to other PEs: shmem_ctx_quiet, shmem_ctx_fence and

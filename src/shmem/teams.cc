@@ -43,6 +43,8 @@ void InitTeams() {
   shared_team.slot = 1;  // every PE's shared team: disjoint across hosts
   s.next_slot = 2;
   default_ctx.team = &world_team;
+  default_ctx.pending = std::make_unique<std::atomic<uint8_t>[]>(static_cast<size_t>(s.npes));
+  default_ctx.pending_pes.clear();
 }
 
 bool FromTeam(const char* api, shmem_team_t team, Group* g) {
@@ -123,13 +125,6 @@ uint32_t AgreeSlots(const Group& g, uint32_t count) {
 }
 
 namespace {
-
-shmem_ctx_t NewCtx(shmem_team_t team, long options) {
-  auto* c = new hixl_shmem_ctx;
-  c->team = team;
-  c->options = options;
-  return c;
-}
 
 // A team of parent's members start, start + stride, ... (size of them);
 // null when this PE is not one of them.

@@ -38,6 +38,8 @@ static void sort_idx(size_t *idx, size_t n) {
 
 /* ------------------------------------------------------------- ordering */
 
+static long quiet_box[512];
+
 void test_fence_quiet(void) {
   enum { K = 512, ROUNDS = 40 };
   long *data = (long *)pool_a, *flag = (long *)pool_b, *ack = (long *)pool_b + 1, *src;
@@ -87,6 +89,27 @@ void test_fence_quiet(void) {
     if (data[i] != 7000 + left_pe) CHECK(data[i] == 7000 + left_pe, "quiet: the flag came before the data: [%d]", i);
   }
   CHECK(1, "quiet");
+  /* the same into a static array: where globals are not mapped (the relay) the puts are carried by the peer's
+     progress thread, and the flag (in the mapped heap) is a store of our own */
+  shmem_barrier_all();
+  for (r = 1; r <= 8; r++) {
+    for (i = 0; i < K; i++) src[i] = 100 * r + me;
+    if (r % 2)
+      shmem_long_put_nbi(quiet_box, src, K, right_pe);
+    else
+      shmem_long_put(quiet_box, src, K, right_pe);
+    shmem_quiet();
+    shmem_long_atomic_set(flag, -1 - r, right_pe);
+    shmem_long_wait_until(flag, SHMEM_CMP_EQ, -1 - r);
+    for (i = 0; i < K; i++) {
+      if (quiet_box[i] != 100 * r + left_pe)
+        CHECK(quiet_box[i] == 100 * r + left_pe, "quiet (static): the flag came before the data: [%d] = %ld", i,
+              quiet_box[i]);
+    }
+    shmem_long_atomic_set(ack, -1 - r, left_pe);
+    shmem_long_wait_until(ack, SHMEM_CMP_EQ, -1 - r);
+  }
+  CHECK(1, "quiet (static)");
   shmem_barrier_all();
   free(src);
 }
