@@ -2,18 +2,22 @@
 # Worlds started by Open MPI's mpirun with no MASTER_ADDR/MASTER_PORT: the
 # ranks find rank 0's store through mpirun's PMIx server.
 #
-#   bash test_mpirun.sh path/to/c_api_test [path/to/python-package-dir]
+#   bash test_mpirun.sh path/to/c_api_test [path/to/python-package-dir|-] [path/to/shmem_conformance]
 #
 # A 4-rank C world (the plain C test program), then, when a Python package
-# directory is given, a 3-rank Python world.  Every run is time-bounded
+# directory is given (not -), a 3-rank Python world, then, when the
+# OpenSHMEM conformance program is given, it under mpirun (4 PEs) and under
+# Open MPI's oshrun (2 PEs), where that is installed.  Every run is time-bounded
 # (mpirun kills its ranks when it is stopped).  Prints "N passed, N failed".
 set -u
 if [ $# -lt 1 ] || [ ! -x "$1" ]; then
-  echo "usage: $0 path/to/c_api_test [python-package-dir]" >&2
+  echo "usage: $0 path/to/c_api_test [python-package-dir|-] [shmem_conformance]" >&2
   exit 2
 fi
 C_TEST=$1
 PYDIR=${2:-}
+[ "$PYDIR" = - ] && PYDIR=
+SHMEM_PROG=${3:-}
 here=$(cd "$(dirname "$0")" && pwd)
 unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT
 # CI runs as root, which mpirun refuses unless told.
@@ -53,6 +57,14 @@ run "4-rank C world under mpirun" 4 ' 0 failed' mpirun -np 4 --oversubscribe "$C
 if [ -n "$PYDIR" ]; then
   run "3-rank Python world under mpirun" 3 'mpirun world: rank . of 3 ok' \
     env PYTHONPATH="$PYDIR" mpirun -np 3 --oversubscribe /usr/bin/python3 "$here/mpirun_world.py"
+fi
+if [ -n "$SHMEM_PROG" ]; then
+  run "4-PE OpenSHMEM program under mpirun" 1 'shmem conformance: [0-9]* checks passed (4 PEs' \
+    mpirun -np 4 --oversubscribe "$SHMEM_PROG"
+  if command -v oshrun >/dev/null; then
+    run "2-PE OpenSHMEM program under oshrun" 1 'shmem conformance: [0-9]* checks passed (2 PEs' \
+      oshrun -np 2 --oversubscribe "$SHMEM_PROG"
+  fi
 fi
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
