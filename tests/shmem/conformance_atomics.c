@@ -245,7 +245,7 @@ static void test_old_swap(void) {
   section("shmem_swap (long)");
   v[0] = 0;
   shmem_barrier_all();
-  r = shmem_swap(&v[0], 100 + me, right_pe);
+  r = (shmem_swap)(&v[0], 100 + me, right_pe); /* the function, not the generic name */
   CHECK(r == 0, "shmem_swap: %ld", r);
   shmem_barrier_all();
   CHECK(v[0] == 100 + left_pe, "shmem_swap left %ld", v[0]);

@@ -95,57 +95,90 @@ extern shmem_team_t SHMEM_TEAM_WORLD;  /* every PE */
 extern shmem_team_t SHMEM_TEAM_SHARED; /* the PEs whose memory this PE maps (same host) */
 extern shmem_ctx_t SHMEM_CTX_DEFAULT;
 
-/* ---- The type tables.  X(TYPE, TYPENAME) for each row of the standard's
- * tables; the declarations below (and hixl's definitions) are generated
- * from them, so the two cannot drift. */
+/* ---- The type tables: one row X(TYPE, TYPENAME, A, B) for each row of the
+ * standard's tables, A and B passed to every row (shmem_generic.h's C11
+ * generic selections pass the operation and the argument that selects).
+ * HIXL_SHMEM_..._TYPES(X) calls X(TYPE, TYPENAME) for each row: the
+ * declarations below (and hixl's definitions) are generated from them, so
+ * the declarations, the definitions and the generic selections cannot
+ * drift. */
+/* (N##E, E empty: TYPENAME passes on unexpanded, as the generated names
+ * paste it.) */
+#define HIXL_SHMEM_TYPENAME_ROW(T, N, X, E) X(T, N##E)
 /* clang-format off */
-#define HIXL_SHMEM_RMA_TYPES(X) \
-  X(float, float) X(double, double) X(long double, longdouble) \
-  X(char, char) X(signed char, schar) X(short, short) X(int, int) X(long, long) X(long long, longlong) \
-  X(unsigned char, uchar) X(unsigned short, ushort) X(unsigned int, uint) X(unsigned long, ulong) \
-  X(unsigned long long, ulonglong) \
-  X(int8_t, int8) X(int16_t, int16) X(int32_t, int32) X(int64_t, int64) \
-  X(uint8_t, uint8) X(uint16_t, uint16) X(uint32_t, uint32) X(uint64_t, uint64) \
-  X(size_t, size) X(ptrdiff_t, ptrdiff)
+#define HIXL_SHMEM_RMA_TYPES_WITH(X, A, B) \
+  X(float, float, A, B) X(double, double, A, B) X(long double, longdouble, A, B) \
+  X(char, char, A, B) X(signed char, schar, A, B) X(short, short, A, B) X(int, int, A, B) X(long, long, A, B) \
+  X(long long, longlong, A, B) \
+  X(unsigned char, uchar, A, B) X(unsigned short, ushort, A, B) X(unsigned int, uint, A, B) \
+  X(unsigned long, ulong, A, B) X(unsigned long long, ulonglong, A, B) \
+  X(int8_t, int8, A, B) X(int16_t, int16, A, B) X(int32_t, int32, A, B) X(int64_t, int64, A, B) \
+  X(uint8_t, uint8, A, B) X(uint16_t, uint16, A, B) X(uint32_t, uint32, A, B) X(uint64_t, uint64, A, B) \
+  X(size_t, size, A, B) X(ptrdiff_t, ptrdiff, A, B)
+#define HIXL_SHMEM_RMA_TYPES(X) HIXL_SHMEM_RMA_TYPES_WITH(HIXL_SHMEM_TYPENAME_ROW, X, )
 
 /* Sized RMA: X(BITS, C type of that size). */
 #define HIXL_SHMEM_SIZES(X) X(8, uint8_t) X(16, uint16_t) X(32, uint32_t) X(64, uint64_t)
 
 /* Atomics: the standard types; the extended ones (fetch, set, swap); the
  * bitwise ones (and, or, xor). */
-#define HIXL_SHMEM_AMO_TYPES(X) \
-  X(int, int) X(long, long) X(long long, longlong) \
-  X(unsigned int, uint) X(unsigned long, ulong) X(unsigned long long, ulonglong) \
-  X(int32_t, int32) X(int64_t, int64) X(uint32_t, uint32) X(uint64_t, uint64) \
-  X(size_t, size) X(ptrdiff_t, ptrdiff)
-#define HIXL_SHMEM_EXT_AMO_TYPES(X) HIXL_SHMEM_AMO_TYPES(X) X(float, float) X(double, double)
-#define HIXL_SHMEM_BITWISE_AMO_TYPES(X) \
-  X(unsigned int, uint) X(unsigned long, ulong) X(unsigned long long, ulonglong) \
-  X(int32_t, int32) X(int64_t, int64) X(uint32_t, uint32) X(uint64_t, uint64)
+#define HIXL_SHMEM_AMO_TYPES_WITH(X, A, B) \
+  X(int, int, A, B) X(long, long, A, B) X(long long, longlong, A, B) \
+  X(unsigned int, uint, A, B) X(unsigned long, ulong, A, B) X(unsigned long long, ulonglong, A, B) \
+  X(int32_t, int32, A, B) X(int64_t, int64, A, B) X(uint32_t, uint32, A, B) X(uint64_t, uint64, A, B) \
+  X(size_t, size, A, B) X(ptrdiff_t, ptrdiff, A, B)
+#define HIXL_SHMEM_EXT_AMO_TYPES_WITH(X, A, B) \
+  HIXL_SHMEM_AMO_TYPES_WITH(X, A, B) X(float, float, A, B) X(double, double, A, B)
+#define HIXL_SHMEM_BITWISE_AMO_TYPES_WITH(X, A, B) \
+  X(unsigned int, uint, A, B) X(unsigned long, ulong, A, B) X(unsigned long long, ulonglong, A, B) \
+  X(int32_t, int32, A, B) X(int64_t, int64, A, B) X(uint32_t, uint32, A, B) X(uint64_t, uint64, A, B)
+#define HIXL_SHMEM_AMO_TYPES(X) HIXL_SHMEM_AMO_TYPES_WITH(HIXL_SHMEM_TYPENAME_ROW, X, )
+#define HIXL_SHMEM_EXT_AMO_TYPES(X) HIXL_SHMEM_EXT_AMO_TYPES_WITH(HIXL_SHMEM_TYPENAME_ROW, X, )
+#define HIXL_SHMEM_BITWISE_AMO_TYPES(X) HIXL_SHMEM_BITWISE_AMO_TYPES_WITH(HIXL_SHMEM_TYPENAME_ROW, X, )
+/* The atomics' names before 1.4 (int, long, long long; float and double for
+ * swap, fetch and set). */
+#define HIXL_SHMEM_OLD_AMO_TYPES_WITH(X, A, B) X(int, int, A, B) X(long, long, A, B) X(long long, longlong, A, B)
+#define HIXL_SHMEM_OLD_EXT_AMO_TYPES_WITH(X, A, B) \
+  HIXL_SHMEM_OLD_AMO_TYPES_WITH(X, A, B) X(float, float, A, B) X(double, double, A, B)
+#define HIXL_SHMEM_OLD_AMO_TYPES(X) HIXL_SHMEM_OLD_AMO_TYPES_WITH(HIXL_SHMEM_TYPENAME_ROW, X, )
+#define HIXL_SHMEM_OLD_EXT_AMO_TYPES(X) HIXL_SHMEM_OLD_EXT_AMO_TYPES_WITH(HIXL_SHMEM_TYPENAME_ROW, X, )
 
 /* Point-to-point synchronisation (wait_until, test). */
-#define HIXL_SHMEM_P2P_TYPES(X) \
-  X(short, short) X(int, int) X(long, long) X(long long, longlong) \
-  X(unsigned short, ushort) X(unsigned int, uint) X(unsigned long, ulong) X(unsigned long long, ulonglong) \
-  X(int32_t, int32) X(int64_t, int64) X(uint32_t, uint32) X(uint64_t, uint64) \
-  X(size_t, size) X(ptrdiff_t, ptrdiff)
+#define HIXL_SHMEM_P2P_TYPES_WITH(X, A, B) \
+  X(short, short, A, B) X(int, int, A, B) X(long, long, A, B) X(long long, longlong, A, B) \
+  X(unsigned short, ushort, A, B) X(unsigned int, uint, A, B) X(unsigned long, ulong, A, B) \
+  X(unsigned long long, ulonglong, A, B) \
+  X(int32_t, int32, A, B) X(int64_t, int64, A, B) X(uint32_t, uint32, A, B) X(uint64_t, uint64, A, B) \
+  X(size_t, size, A, B) X(ptrdiff_t, ptrdiff, A, B)
+#define HIXL_SHMEM_P2P_TYPES(X) HIXL_SHMEM_P2P_TYPES_WITH(HIXL_SHMEM_TYPENAME_ROW, X, )
 
 /* Reductions on teams: and/or/xor over the bitwise types, min/max over the
- * ordered ones, sum/prod over the arithmetic ones. */
-#define HIXL_SHMEM_REDUCE_BITWISE_TYPES(X) \
-  X(unsigned char, uchar) X(unsigned short, ushort) X(unsigned int, uint) X(unsigned long, ulong) \
-  X(unsigned long long, ulonglong) \
-  X(int8_t, int8) X(int16_t, int16) X(int32_t, int32) X(int64_t, int64) \
-  X(uint8_t, uint8) X(uint16_t, uint16) X(uint32_t, uint32) X(uint64_t, uint64) X(size_t, size)
-#define HIXL_SHMEM_REDUCE_MINMAX_TYPES(X) \
-  X(char, char) X(signed char, schar) X(short, short) X(int, int) X(long, long) X(long long, longlong) \
-  X(ptrdiff_t, ptrdiff) \
-  X(unsigned char, uchar) X(unsigned short, ushort) X(unsigned int, uint) X(unsigned long, ulong) \
-  X(unsigned long long, ulonglong) \
-  X(int8_t, int8) X(int16_t, int16) X(int32_t, int32) X(int64_t, int64) \
-  X(uint8_t, uint8) X(uint16_t, uint16) X(uint32_t, uint32) X(uint64_t, uint64) X(size_t, size) \
-  X(float, float) X(double, double) X(long double, longdouble)
-#define HIXL_SHMEM_REDUCE_ARITH_TYPES(X) HIXL_SHMEM_REDUCE_MINMAX_TYPES(X)
+ * ordered ones, sum/prod over the arithmetic ones (and, in C, the complex
+ * ones below). */
+#define HIXL_SHMEM_REDUCE_BITWISE_TYPES_WITH(X, A, B) \
+  X(unsigned char, uchar, A, B) X(unsigned short, ushort, A, B) X(unsigned int, uint, A, B) \
+  X(unsigned long, ulong, A, B) X(unsigned long long, ulonglong, A, B) \
+  X(int8_t, int8, A, B) X(int16_t, int16, A, B) X(int32_t, int32, A, B) X(int64_t, int64, A, B) \
+  X(uint8_t, uint8, A, B) X(uint16_t, uint16, A, B) X(uint32_t, uint32, A, B) X(uint64_t, uint64, A, B) \
+  X(size_t, size, A, B)
+#define HIXL_SHMEM_REDUCE_MINMAX_TYPES_WITH(X, A, B) \
+  X(char, char, A, B) X(signed char, schar, A, B) X(short, short, A, B) X(int, int, A, B) X(long, long, A, B) \
+  X(long long, longlong, A, B) X(ptrdiff_t, ptrdiff, A, B) \
+  X(unsigned char, uchar, A, B) X(unsigned short, ushort, A, B) X(unsigned int, uint, A, B) \
+  X(unsigned long, ulong, A, B) X(unsigned long long, ulonglong, A, B) \
+  X(int8_t, int8, A, B) X(int16_t, int16, A, B) X(int32_t, int32, A, B) X(int64_t, int64, A, B) \
+  X(uint8_t, uint8, A, B) X(uint16_t, uint16, A, B) X(uint32_t, uint32, A, B) X(uint64_t, uint64, A, B) \
+  X(size_t, size, A, B) \
+  X(float, float, A, B) X(double, double, A, B) X(long double, longdouble, A, B)
+#define HIXL_SHMEM_REDUCE_ARITH_TYPES_WITH(X, A, B) HIXL_SHMEM_REDUCE_MINMAX_TYPES_WITH(X, A, B)
+#define HIXL_SHMEM_REDUCE_BITWISE_TYPES(X) HIXL_SHMEM_REDUCE_BITWISE_TYPES_WITH(HIXL_SHMEM_TYPENAME_ROW, X, )
+#define HIXL_SHMEM_REDUCE_MINMAX_TYPES(X) HIXL_SHMEM_REDUCE_MINMAX_TYPES_WITH(HIXL_SHMEM_TYPENAME_ROW, X, )
+#define HIXL_SHMEM_REDUCE_ARITH_TYPES(X) HIXL_SHMEM_REDUCE_ARITH_TYPES_WITH(HIXL_SHMEM_TYPENAME_ROW, X, )
+#ifndef __cplusplus
+/* The complex sums and products (C only: C++ has no _Complex). */
+#define HIXL_SHMEM_REDUCE_COMPLEX_TYPES_WITH(X, A, B) X(double _Complex, complexd, A, B) X(float _Complex, complexf, A, B)
+#define HIXL_SHMEM_REDUCE_COMPLEX_TYPES(X) HIXL_SHMEM_REDUCE_COMPLEX_TYPES_WITH(HIXL_SHMEM_TYPENAME_ROW, X, )
+#endif
 
 /* The legacy active-set reductions (shmem_TYPENAME_OP_to_all). */
 #define HIXL_SHMEM_TOALL_BITWISE_TYPES(X) X(short, short) X(int, int) X(long, long) X(long long, longlong)
@@ -337,8 +370,7 @@ HIXL_SHMEM_EXT_AMO_TYPES(HIXL_SHMEM_DECL_EXT_AMO)
   void shmem_ctx_##N##_atomic_fetch_xor_nbi(shmem_ctx_t ctx, T *fetch, T *dest, T value, int pe);
 HIXL_SHMEM_BITWISE_AMO_TYPES(HIXL_SHMEM_DECL_BITWISE_AMO)
 
-/* The atomics' names before 1.4 (int, long, long long; float and double for
- * swap, fetch and set). */
+/* The atomics' names before 1.4. */
 #define HIXL_SHMEM_DECL_OLD_AMO(T, N)             \
   T shmem_##N##_fadd(T *dest, T value, int pe);   \
   T shmem_##N##_finc(T *dest, int pe);            \
@@ -349,8 +381,6 @@ HIXL_SHMEM_BITWISE_AMO_TYPES(HIXL_SHMEM_DECL_BITWISE_AMO)
   T shmem_##N##_swap(T *dest, T value, int pe); \
   T shmem_##N##_fetch(const T *source, int pe); \
   void shmem_##N##_set(T *dest, T value, int pe);
-#define HIXL_SHMEM_OLD_AMO_TYPES(X) X(int, int) X(long, long) X(long long, longlong)
-#define HIXL_SHMEM_OLD_EXT_AMO_TYPES(X) HIXL_SHMEM_OLD_AMO_TYPES(X) X(float, float) X(double, double)
 HIXL_SHMEM_OLD_AMO_TYPES(HIXL_SHMEM_DECL_OLD_AMO)
 HIXL_SHMEM_OLD_EXT_AMO_TYPES(HIXL_SHMEM_DECL_OLD_EXT_AMO)
 long shmem_swap(long *dest, long value, int pe);
@@ -441,19 +471,15 @@ HIXL_SHMEM_TOALL_BITWISE_TYPES(HIXL_SHMEM_DECL_TOALL_BITWISE)
 HIXL_SHMEM_TOALL_MINMAX_TYPES(HIXL_SHMEM_DECL_TOALL_MINMAX)
 HIXL_SHMEM_TOALL_ARITH_TYPES(HIXL_SHMEM_DECL_TOALL_ARITH)
 #ifndef __cplusplus
-/* Complex sums and products (C only: C++ has no _Complex). */
-void shmem_complexd_sum_to_all(double _Complex *dest, const double _Complex *source, int nreduce, int PE_start,
-                               int logPE_stride, int PE_size, double _Complex *pWrk, long *pSync);
-void shmem_complexd_prod_to_all(double _Complex *dest, const double _Complex *source, int nreduce, int PE_start,
-                                int logPE_stride, int PE_size, double _Complex *pWrk, long *pSync);
-void shmem_complexf_sum_to_all(float _Complex *dest, const float _Complex *source, int nreduce, int PE_start,
-                               int logPE_stride, int PE_size, float _Complex *pWrk, long *pSync);
-void shmem_complexf_prod_to_all(float _Complex *dest, const float _Complex *source, int nreduce, int PE_start,
-                                int logPE_stride, int PE_size, float _Complex *pWrk, long *pSync);
-int shmem_complexd_sum_reduce(shmem_team_t team, double _Complex *dest, const double _Complex *source, size_t nreduce);
-int shmem_complexd_prod_reduce(shmem_team_t team, double _Complex *dest, const double _Complex *source, size_t nreduce);
-int shmem_complexf_sum_reduce(shmem_team_t team, float _Complex *dest, const float _Complex *source, size_t nreduce);
-int shmem_complexf_prod_reduce(shmem_team_t team, float _Complex *dest, const float _Complex *source, size_t nreduce);
+HIXL_SHMEM_REDUCE_COMPLEX_TYPES(HIXL_SHMEM_DECL_TOALL_ARITH)
+HIXL_SHMEM_REDUCE_COMPLEX_TYPES(HIXL_SHMEM_DECL_REDUCE_ARITH)
+#endif
+
+/* ---- The C11 generic names (shmem_put(dest, source, n, pe) on any type of
+ * the standard's tables, with or without a context first): C11 and later,
+ * not C++. */
+#if !defined(__cplusplus) && defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
+#include "shmem_generic.h"
 #endif
 
 #ifdef __cplusplus
