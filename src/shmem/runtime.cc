@@ -119,6 +119,26 @@ void Fail(const char* api, const std::string& what) {
   Exit(1);
 }
 
+void Failed(const char* api, const Status& st) {
+  const State& s = S();
+  // The error may say only that a connection broke: ask whether a peer died.
+  if (st.code() == Errc::kPeerFailed || (s.w != nullptr && !s.finalized && !s.w->DeadPeer(api).ok())) {
+    FailAfterPeer(api, st.message());
+  }
+  Fail(api, st.message());
+}
+
+void FailAfterPeer(const char* api, const std::string& what) {
+  const State& s = S();
+  std::fprintf(stderr, "hixl shmem: PE %d: %s: %s\n", s.me, api, what.c_str());
+  std::fflush(nullptr);
+  // hixlrun (or mpirun) sees the dead PE's status, then stops this one; a
+  // PE that exited at once could be reaped first and its status taken for
+  // the job's.  Alone, it exits after the pause.
+  ::usleep(1'000'000);
+  Exit(1);
+}
+
 world::WorldImpl* W(const char* api) {
   State& s = S();
   if (s.w == nullptr || s.finalized) {

@@ -93,8 +93,13 @@ world::WorldImpl* W(const char* api);
 // Prints "hixl shmem: PE p: api: what" on stderr and ends the job as
 // shmem_global_exit(1) does.
 [[noreturn]] void Fail(const char* api, const std::string& what);
+// Fail with s's message; where s says a peer has died (kPeerFailed), this
+// PE first gives the launcher a moment to stop it (FailAfterPeer), so the
+// job ends with the status of the PE that ended first (shmem_global_exit's).
+[[noreturn]] void FailAfterPeer(const char* api, const std::string& what);
+[[noreturn]] void Failed(const char* api, const Status& s);
 inline void Check(const char* api, const Status& s) {
-  if (!s.ok()) Fail(api, s.message());
+  if (!s.ok()) Failed(api, s);
 }
 [[noreturn]] void Exit(int status);
 void CheckPe(const char* api, int pe);
