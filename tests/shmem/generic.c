@@ -29,19 +29,19 @@ static shmem_ctx_t ctx;   /* a context of this PE's own */
 #if defined(__GNUC__)
 __attribute__((format(printf, 3, 4)))
 #endif
-static void fail(int line, const char *expr, const char *fmt, ...);
+static void
+fail(int line, const char *expr, const char *fmt, ...);
 
-#define CHECK(cond, ...)                                  \
-  do {                                                    \
-    ++n_checks;                                           \
-    if (!(cond)) fail(__LINE__, #cond, __VA_ARGS__);      \
+#define CHECK(cond, ...)                             \
+  do {                                               \
+    ++n_checks;                                      \
+    if (!(cond)) fail(__LINE__, #cond, __VA_ARGS__); \
   } while (0)
 
 static void fail(int line, const char *expr, const char *fmt, ...) {
   va_list ap;
   fflush(stdout);
-  fprintf(stderr, "%s:%d: PE %d of %d: section '%s': CHECK(%s) failed: ", __FILE__, line, me, npes, section_name,
-          expr);
+  fprintf(stderr, "%s:%d: PE %d of %d: section '%s': CHECK(%s) failed: ", __FILE__, line, me, npes, section_name, expr);
   va_start(ap, fmt);
   vfprintf(stderr, fmt, ap);
   va_end(ap);
@@ -68,81 +68,81 @@ static uint64_t sig;
 
 /* Every RMA name, without and with a context, on type T: each PE writes to
  * its right neighbour and reads what its left neighbour wrote. */
-#define RMA_TEST(T)                                                                                          \
-  static void rma_##T(void) {                                                                                \
-    T *a = (T *)(void *)pool_a, *b = (T *)(void *)pool_b;                                                    \
-    T src[NR], got[NR];                                                                                      \
-    const T *csrc = src;                                                                                     \
-    int k;                                                                                                   \
-    section("rma " #T);                                                                                      \
-    for (k = 0; k < NR; k++) src[k] = VAL(T, me, k);                                                         \
-    shmem_barrier_all();                                                                                     \
-    shmem_put(a, csrc, NR, right_pe);                                                                        \
-    shmem_put(ctx, b, src, NR, right_pe);                                                                    \
-    shmem_ctx_quiet(ctx);                                                                                    \
-    shmem_barrier_all();                                                                                     \
-    for (k = 0; k < NR; k++) {                                                                               \
-      CHECK(a[k] == VAL(T, left_pe, k), "shmem_put [%d]", k);                                                \
-      CHECK(b[k] == VAL(T, left_pe, k), "shmem_put(ctx) [%d]", k);                                           \
-    }                                                                                                        \
-    shmem_barrier_all();                                                                                     \
-    /* a and b on the right PE hold what this PE wrote */                                                    \
-    shmem_get(got, a, NR, right_pe);                                                                         \
-    for (k = 0; k < NR; k++) CHECK(got[k] == VAL(T, me, k), "shmem_get [%d]", k);                            \
-    shmem_get(SHMEM_CTX_DEFAULT, got, b, NR, right_pe);                                                      \
-    for (k = 0; k < NR; k++) CHECK(got[k] == VAL(T, me, k), "shmem_get(SHMEM_CTX_DEFAULT) [%d]", k);         \
-    CHECK(shmem_g(&a[3], right_pe) == VAL(T, me, 3), "shmem_g");                                             \
-    CHECK(shmem_g(ctx, (const T *)&b[4], right_pe) == VAL(T, me, 4), "shmem_g(ctx) of a const T *");         \
-    shmem_barrier_all();                                                                                     \
-    shmem_p(&a[0], (T)77, right_pe);                                                                         \
-    shmem_p(ctx, &b[0], (T)78, right_pe);                                                                    \
-    shmem_ctx_quiet(ctx);                                                                                    \
-    shmem_barrier_all();                                                                                     \
-    CHECK(a[0] == (T)77 && b[0] == (T)78, "shmem_p, shmem_p(ctx)");                                          \
-    shmem_barrier_all();                                                                                     \
-    /* strided: every other element of src into the first NR / 2 of dest, and back */                       \
-    for (k = 0; k < NR; k++) a[k] = b[k] = (T)0;                                                             \
-    shmem_barrier_all();                                                                                     \
-    shmem_iput(a, src, 1, 2, NR / 2, right_pe);                                                              \
-    shmem_iput(ctx, b, src, 2, 1, NR / 2, right_pe);                                                         \
-    shmem_ctx_quiet(ctx);                                                                                    \
-    shmem_barrier_all();                                                                                     \
-    for (k = 0; k < NR / 2; k++) {                                                                           \
-      CHECK(a[k] == VAL(T, left_pe, 2 * k), "shmem_iput [%d]", k);                                           \
-      CHECK(b[2 * k] == VAL(T, left_pe, k), "shmem_iput(ctx) [%d]", 2 * k);                                  \
-    }                                                                                                        \
-    shmem_iget(got, a, 2, 1, NR / 2, right_pe);                                                              \
-    for (k = 0; k < NR / 2; k++) CHECK(got[2 * k] == VAL(T, me, 2 * k), "shmem_iget [%d]", 2 * k);           \
-    shmem_iget(ctx, got, b, 1, 2, NR / 2, right_pe);                                                         \
-    for (k = 0; k < NR / 2; k++) CHECK(got[k] == VAL(T, me, k), "shmem_iget(ctx) [%d]", k);                  \
-    shmem_barrier_all();                                                                                     \
-    /* non-blocking: complete at quiet */                                                                    \
-    shmem_put_nbi(a, src, NR, right_pe);                                                                     \
-    shmem_put_nbi(ctx, b, src, NR, right_pe);                                                                \
-    shmem_quiet();                                                                                           \
-    shmem_ctx_quiet(ctx);                                                                                    \
-    shmem_barrier_all();                                                                                     \
-    for (k = 0; k < NR; k++) CHECK(a[k] == VAL(T, left_pe, k) && b[k] == a[k], "shmem_put_nbi [%d]", k);     \
-    shmem_get_nbi(got, a, NR, right_pe);                                                                     \
-    shmem_quiet();                                                                                           \
-    for (k = 0; k < NR; k++) CHECK(got[k] == VAL(T, me, k), "shmem_get_nbi [%d]", k);                        \
-    shmem_get_nbi(ctx, got, b, NR / 2, left_pe);                                                             \
-    shmem_ctx_quiet(ctx);                                                                                    \
+#define RMA_TEST(T)                                                                                             \
+  static void rma_##T(void) {                                                                                   \
+    T *a = (T *)(void *)pool_a, *b = (T *)(void *)pool_b;                                                       \
+    T src[NR], got[NR];                                                                                         \
+    const T *csrc = src;                                                                                        \
+    int k;                                                                                                      \
+    section("rma " #T);                                                                                         \
+    for (k = 0; k < NR; k++) src[k] = VAL(T, me, k);                                                            \
+    shmem_barrier_all();                                                                                        \
+    shmem_put(a, csrc, NR, right_pe);                                                                           \
+    shmem_put(ctx, b, src, NR, right_pe);                                                                       \
+    shmem_ctx_quiet(ctx);                                                                                       \
+    shmem_barrier_all();                                                                                        \
+    for (k = 0; k < NR; k++) {                                                                                  \
+      CHECK(a[k] == VAL(T, left_pe, k), "shmem_put [%d]", k);                                                   \
+      CHECK(b[k] == VAL(T, left_pe, k), "shmem_put(ctx) [%d]", k);                                              \
+    }                                                                                                           \
+    shmem_barrier_all();                                                                                        \
+    /* a and b on the right PE hold what this PE wrote */                                                       \
+    shmem_get(got, a, NR, right_pe);                                                                            \
+    for (k = 0; k < NR; k++) CHECK(got[k] == VAL(T, me, k), "shmem_get [%d]", k);                               \
+    shmem_get(SHMEM_CTX_DEFAULT, got, b, NR, right_pe);                                                         \
+    for (k = 0; k < NR; k++) CHECK(got[k] == VAL(T, me, k), "shmem_get(SHMEM_CTX_DEFAULT) [%d]", k);            \
+    CHECK(shmem_g(&a[3], right_pe) == VAL(T, me, 3), "shmem_g");                                                \
+    CHECK(shmem_g(ctx, (const T *)&b[4], right_pe) == VAL(T, me, 4), "shmem_g(ctx) of a const T *");            \
+    shmem_barrier_all();                                                                                        \
+    shmem_p(&a[0], (T)77, right_pe);                                                                            \
+    shmem_p(ctx, &b[0], (T)78, right_pe);                                                                       \
+    shmem_ctx_quiet(ctx);                                                                                       \
+    shmem_barrier_all();                                                                                        \
+    CHECK(a[0] == (T)77 && b[0] == (T)78, "shmem_p, shmem_p(ctx)");                                             \
+    shmem_barrier_all();                                                                                        \
+    /* strided: every other element of src into the first NR / 2 of dest, and back */                           \
+    for (k = 0; k < NR; k++) a[k] = b[k] = (T)0;                                                                \
+    shmem_barrier_all();                                                                                        \
+    shmem_iput(a, src, 1, 2, NR / 2, right_pe);                                                                 \
+    shmem_iput(ctx, b, src, 2, 1, NR / 2, right_pe);                                                            \
+    shmem_ctx_quiet(ctx);                                                                                       \
+    shmem_barrier_all();                                                                                        \
+    for (k = 0; k < NR / 2; k++) {                                                                              \
+      CHECK(a[k] == VAL(T, left_pe, 2 * k), "shmem_iput [%d]", k);                                              \
+      CHECK(b[2 * k] == VAL(T, left_pe, k), "shmem_iput(ctx) [%d]", 2 * k);                                     \
+    }                                                                                                           \
+    shmem_iget(got, a, 2, 1, NR / 2, right_pe);                                                                 \
+    for (k = 0; k < NR / 2; k++) CHECK(got[2 * k] == VAL(T, me, 2 * k), "shmem_iget [%d]", 2 * k);              \
+    shmem_iget(ctx, got, b, 1, 2, NR / 2, right_pe);                                                            \
+    for (k = 0; k < NR / 2; k++) CHECK(got[k] == VAL(T, me, k), "shmem_iget(ctx) [%d]", k);                     \
+    shmem_barrier_all();                                                                                        \
+    /* non-blocking: complete at quiet */                                                                       \
+    shmem_put_nbi(a, src, NR, right_pe);                                                                        \
+    shmem_put_nbi(ctx, b, src, NR, right_pe);                                                                   \
+    shmem_quiet();                                                                                              \
+    shmem_ctx_quiet(ctx);                                                                                       \
+    shmem_barrier_all();                                                                                        \
+    for (k = 0; k < NR; k++) CHECK(a[k] == VAL(T, left_pe, k) && b[k] == a[k], "shmem_put_nbi [%d]", k);        \
+    shmem_get_nbi(got, a, NR, right_pe);                                                                        \
+    shmem_quiet();                                                                                              \
+    for (k = 0; k < NR; k++) CHECK(got[k] == VAL(T, me, k), "shmem_get_nbi [%d]", k);                           \
+    shmem_get_nbi(ctx, got, b, NR / 2, left_pe);                                                                \
+    shmem_ctx_quiet(ctx);                                                                                       \
     for (k = 0; k < NR / 2; k++) CHECK(got[k] == VAL(T, (left_pe + npes - 1) % npes, k), "get_nbi(ctx) %d", k); \
-    shmem_barrier_all();                                                                                     \
-    /* with a signal: each of the four puts adds 1 to the right PE's sig */                                  \
-    sig = 0;                                                                                                 \
-    for (k = 0; k < NR; k++) a[k] = b[k] = (T)0;                                                             \
-    shmem_barrier_all();                                                                                     \
-    shmem_put_signal(a, src, NR / 2, &sig, 1, SHMEM_SIGNAL_ADD, right_pe);                                   \
-    shmem_put_signal(ctx, &a[NR / 2], &src[NR / 2], NR / 2, &sig, 1, SHMEM_SIGNAL_ADD, right_pe);            \
-    shmem_put_signal_nbi(b, src, NR / 2, &sig, 1, SHMEM_SIGNAL_ADD, right_pe);                               \
-    shmem_put_signal_nbi(ctx, &b[NR / 2], &src[NR / 2], NR / 2, &sig, 1, SHMEM_SIGNAL_ADD, right_pe);        \
-    shmem_quiet();                                                                                           \
-    shmem_ctx_quiet(ctx);                                                                                    \
-    CHECK(shmem_signal_wait_until(&sig, SHMEM_CMP_EQ, 4) == 4, "the signal");                                \
-    for (k = 0; k < NR; k++) CHECK(a[k] == VAL(T, left_pe, k) && b[k] == a[k], "shmem_put_signal [%d]", k);  \
-    shmem_barrier_all();                                                                                     \
+    shmem_barrier_all();                                                                                        \
+    /* with a signal: each of the four puts adds 1 to the right PE's sig */                                     \
+    sig = 0;                                                                                                    \
+    for (k = 0; k < NR; k++) a[k] = b[k] = (T)0;                                                                \
+    shmem_barrier_all();                                                                                        \
+    shmem_put_signal(a, src, NR / 2, &sig, 1, SHMEM_SIGNAL_ADD, right_pe);                                      \
+    shmem_put_signal(ctx, &a[NR / 2], &src[NR / 2], NR / 2, &sig, 1, SHMEM_SIGNAL_ADD, right_pe);               \
+    shmem_put_signal_nbi(b, src, NR / 2, &sig, 1, SHMEM_SIGNAL_ADD, right_pe);                                  \
+    shmem_put_signal_nbi(ctx, &b[NR / 2], &src[NR / 2], NR / 2, &sig, 1, SHMEM_SIGNAL_ADD, right_pe);           \
+    shmem_quiet();                                                                                              \
+    shmem_ctx_quiet(ctx);                                                                                       \
+    CHECK(shmem_signal_wait_until(&sig, SHMEM_CMP_EQ, 4) == 4, "the signal");                                   \
+    for (k = 0; k < NR; k++) CHECK(a[k] == VAL(T, left_pe, k) && b[k] == a[k], "shmem_put_signal [%d]", k);     \
+    shmem_barrier_all();                                                                                        \
   }
 /* clang-format off */
 #define RMA_TEST_TYPES(X) \
@@ -216,84 +216,84 @@ static long amo_x[16];
     shmem_barrier_all();                                                                                  \
   }
 /* float and double: the extended names only. */
-#define EXT_AMO_TEST(T, slot)                                                                      \
-  static void amo_##T(void) {                                                                      \
-    T *x = (T *)(void *)&amo_x[slot], f = (T)0;                                                    \
-    section("atomics " #T);                                                                        \
-    shmem_atomic_set(x, (T)1.5, right_pe);                                                         \
-    shmem_quiet();                                                                                 \
-    CHECK(shmem_atomic_fetch(x, right_pe) == (T)1.5, "shmem_atomic_set");                          \
-    shmem_atomic_set(ctx, x, (T)2.5, right_pe);                                                    \
-    shmem_ctx_quiet(ctx);                                                                          \
-    CHECK(shmem_atomic_fetch(x, right_pe) == (T)2.5, "shmem_atomic_fetch");                        \
-    CHECK(shmem_atomic_fetch(ctx, x, right_pe) == (T)2.5, "shmem_atomic_fetch(ctx)");              \
-    CHECK(shmem_atomic_swap(x, (T)3.5, right_pe) == (T)2.5, "shmem_atomic_swap");                  \
-    CHECK(shmem_atomic_swap(ctx, x, (T)4.5, right_pe) == (T)3.5, "shmem_atomic_swap(ctx)");        \
-    shmem_atomic_fetch_nbi(&f, x, right_pe);                                                       \
-    shmem_quiet();                                                                                 \
-    CHECK(f == (T)4.5, "shmem_atomic_fetch_nbi");                                                  \
-    shmem_atomic_swap_nbi(ctx, &f, x, (T)5.5, right_pe);                                           \
-    shmem_ctx_quiet(ctx);                                                                          \
-    CHECK(f == (T)4.5, "shmem_atomic_swap_nbi(ctx)");                                              \
-    shmem_atomic_swap_nbi(&f, x, (T)6.5, right_pe);                                                \
-    shmem_quiet();                                                                                 \
-    CHECK(f == (T)5.5, "shmem_atomic_swap_nbi");                                                   \
-    shmem_atomic_fetch_nbi(ctx, &f, x, right_pe);                                                  \
-    shmem_ctx_quiet(ctx);                                                                          \
-    CHECK(f == (T)6.5, "shmem_atomic_fetch_nbi(ctx)");                                             \
-    shmem_barrier_all();                                                                           \
-    CHECK(*x == (T)6.5, "the value the left PE left here");                                        \
-    shmem_barrier_all();                                                                           \
+#define EXT_AMO_TEST(T, slot)                                                               \
+  static void amo_##T(void) {                                                               \
+    T *x = (T *)(void *)&amo_x[slot], f = (T)0;                                             \
+    section("atomics " #T);                                                                 \
+    shmem_atomic_set(x, (T)1.5, right_pe);                                                  \
+    shmem_quiet();                                                                          \
+    CHECK(shmem_atomic_fetch(x, right_pe) == (T)1.5, "shmem_atomic_set");                   \
+    shmem_atomic_set(ctx, x, (T)2.5, right_pe);                                             \
+    shmem_ctx_quiet(ctx);                                                                   \
+    CHECK(shmem_atomic_fetch(x, right_pe) == (T)2.5, "shmem_atomic_fetch");                 \
+    CHECK(shmem_atomic_fetch(ctx, x, right_pe) == (T)2.5, "shmem_atomic_fetch(ctx)");       \
+    CHECK(shmem_atomic_swap(x, (T)3.5, right_pe) == (T)2.5, "shmem_atomic_swap");           \
+    CHECK(shmem_atomic_swap(ctx, x, (T)4.5, right_pe) == (T)3.5, "shmem_atomic_swap(ctx)"); \
+    shmem_atomic_fetch_nbi(&f, x, right_pe);                                                \
+    shmem_quiet();                                                                          \
+    CHECK(f == (T)4.5, "shmem_atomic_fetch_nbi");                                           \
+    shmem_atomic_swap_nbi(ctx, &f, x, (T)5.5, right_pe);                                    \
+    shmem_ctx_quiet(ctx);                                                                   \
+    CHECK(f == (T)4.5, "shmem_atomic_swap_nbi(ctx)");                                       \
+    shmem_atomic_swap_nbi(&f, x, (T)6.5, right_pe);                                         \
+    shmem_quiet();                                                                          \
+    CHECK(f == (T)5.5, "shmem_atomic_swap_nbi");                                            \
+    shmem_atomic_fetch_nbi(ctx, &f, x, right_pe);                                           \
+    shmem_ctx_quiet(ctx);                                                                   \
+    CHECK(f == (T)6.5, "shmem_atomic_fetch_nbi(ctx)");                                      \
+    shmem_barrier_all();                                                                    \
+    CHECK(*x == (T)6.5, "the value the left PE left here");                                 \
+    shmem_barrier_all();                                                                    \
   }
 /* The bitwise names on T (each step's operand makes and, or and xor give
  * different results). */
-#define BITWISE_AMO_TEST(T, slot)                                                                   \
-  static void bitwise_##T(void) {                                                                   \
-    T *x = (T *)(void *)&amo_x[slot], f = (T)0;                                                     \
-    section("bitwise atomics " #T);                                                                 \
-    shmem_atomic_set(x, (T)0xF0, right_pe);                                                         \
-    shmem_quiet();                                                                                  \
-    CHECK(shmem_atomic_fetch_and(x, (T)0x3C, right_pe) == (T)0xF0, "shmem_atomic_fetch_and");       \
-    CHECK(shmem_atomic_fetch_and(ctx, x, (T)0x1F, right_pe) == (T)0x30, "fetch_and(ctx)");          \
-    CHECK(shmem_atomic_fetch_or(x, (T)0x15, right_pe) == (T)0x10, "shmem_atomic_fetch_or");         \
-    CHECK(shmem_atomic_fetch_or(ctx, x, (T)0x41, right_pe) == (T)0x15, "fetch_or(ctx)");            \
-    CHECK(shmem_atomic_fetch_xor(x, (T)0xFF, right_pe) == (T)0x55, "shmem_atomic_fetch_xor");       \
-    CHECK(shmem_atomic_fetch_xor(ctx, x, (T)0x0F, right_pe) == (T)0xAA, "fetch_xor(ctx)");          \
-    shmem_atomic_and(x, (T)0xF3, right_pe); /* 0xA5 -> 0xA1 */                                      \
-    shmem_quiet();                                                                                  \
-    shmem_atomic_and(ctx, x, (T)0xE1, right_pe); /* -> 0xA1 */                                      \
-    shmem_quiet();                                                                                  \
-    shmem_atomic_or(x, (T)0x03, right_pe);       /* -> 0xA3 */                                      \
-    shmem_quiet();                                                                                  \
-    shmem_atomic_or(ctx, x, (T)0x09, right_pe);  /* -> 0xAB */                                      \
-    shmem_quiet();                                                                                  \
-    shmem_atomic_xor(x, (T)0x01, right_pe);      /* -> 0xAA */                                      \
-    shmem_quiet();                                                                                  \
-    shmem_atomic_xor(ctx, x, (T)0xF0, right_pe); /* -> 0x5A */                                      \
-    shmem_quiet();                                                                                  \
-    CHECK(shmem_atomic_fetch(x, right_pe) == (T)0x5A, "and, or, xor: %#llx",                        \
-          (unsigned long long)shmem_atomic_fetch(x, right_pe));                                     \
-    shmem_atomic_fetch_and_nbi(&f, x, (T)0x1E, right_pe); /* -> 0x1A */                             \
-    shmem_quiet();                                                                                  \
-    CHECK(f == (T)0x5A, "shmem_atomic_fetch_and_nbi");                                              \
-    shmem_atomic_fetch_and_nbi(ctx, &f, x, (T)0x0F, right_pe); /* -> 0x0A */                        \
-    shmem_ctx_quiet(ctx);                                                                           \
-    CHECK(f == (T)0x1A, "shmem_atomic_fetch_and_nbi(ctx)");                                         \
-    shmem_atomic_fetch_or_nbi(&f, x, (T)0x32, right_pe); /* -> 0x3A */                              \
-    shmem_quiet();                                                                                  \
-    CHECK(f == (T)0x0A, "shmem_atomic_fetch_or_nbi");                                               \
-    shmem_atomic_fetch_or_nbi(ctx, &f, x, (T)0x03, right_pe); /* -> 0x3B */                         \
-    shmem_ctx_quiet(ctx);                                                                           \
-    CHECK(f == (T)0x3A, "shmem_atomic_fetch_or_nbi(ctx)");                                          \
-    shmem_atomic_fetch_xor_nbi(&f, x, (T)0x03, right_pe); /* -> 0x38 */                             \
-    shmem_quiet();                                                                                  \
-    CHECK(f == (T)0x3B, "shmem_atomic_fetch_xor_nbi");                                              \
-    shmem_atomic_fetch_xor_nbi(ctx, &f, x, (T)0x18, right_pe); /* -> 0x20 */                        \
-    shmem_ctx_quiet(ctx);                                                                           \
-    CHECK(f == (T)0x38, "shmem_atomic_fetch_xor_nbi(ctx)");                                         \
-    shmem_barrier_all();                                                                            \
-    CHECK(*x == (T)0x20, "the value the left PE left here: %#llx", (unsigned long long)*x);         \
-    shmem_barrier_all();                                                                            \
+#define BITWISE_AMO_TEST(T, slot)                                                             \
+  static void bitwise_##T(void) {                                                             \
+    T *x = (T *)(void *)&amo_x[slot], f = (T)0;                                               \
+    section("bitwise atomics " #T);                                                           \
+    shmem_atomic_set(x, (T)0xF0, right_pe);                                                   \
+    shmem_quiet();                                                                            \
+    CHECK(shmem_atomic_fetch_and(x, (T)0x3C, right_pe) == (T)0xF0, "shmem_atomic_fetch_and"); \
+    CHECK(shmem_atomic_fetch_and(ctx, x, (T)0x1F, right_pe) == (T)0x30, "fetch_and(ctx)");    \
+    CHECK(shmem_atomic_fetch_or(x, (T)0x15, right_pe) == (T)0x10, "shmem_atomic_fetch_or");   \
+    CHECK(shmem_atomic_fetch_or(ctx, x, (T)0x41, right_pe) == (T)0x15, "fetch_or(ctx)");      \
+    CHECK(shmem_atomic_fetch_xor(x, (T)0xFF, right_pe) == (T)0x55, "shmem_atomic_fetch_xor"); \
+    CHECK(shmem_atomic_fetch_xor(ctx, x, (T)0x0F, right_pe) == (T)0xAA, "fetch_xor(ctx)");    \
+    shmem_atomic_and(x, (T)0xF3, right_pe); /* 0xA5 -> 0xA1 */                                \
+    shmem_quiet();                                                                            \
+    shmem_atomic_and(ctx, x, (T)0xE1, right_pe); /* -> 0xA1 */                                \
+    shmem_quiet();                                                                            \
+    shmem_atomic_or(x, (T)0x03, right_pe); /* -> 0xA3 */                                      \
+    shmem_quiet();                                                                            \
+    shmem_atomic_or(ctx, x, (T)0x09, right_pe); /* -> 0xAB */                                 \
+    shmem_quiet();                                                                            \
+    shmem_atomic_xor(x, (T)0x01, right_pe); /* -> 0xAA */                                     \
+    shmem_quiet();                                                                            \
+    shmem_atomic_xor(ctx, x, (T)0xF0, right_pe); /* -> 0x5A */                                \
+    shmem_quiet();                                                                            \
+    CHECK(shmem_atomic_fetch(x, right_pe) == (T)0x5A, "and, or, xor: %#llx",                  \
+          (unsigned long long)shmem_atomic_fetch(x, right_pe));                               \
+    shmem_atomic_fetch_and_nbi(&f, x, (T)0x1E, right_pe); /* -> 0x1A */                       \
+    shmem_quiet();                                                                            \
+    CHECK(f == (T)0x5A, "shmem_atomic_fetch_and_nbi");                                        \
+    shmem_atomic_fetch_and_nbi(ctx, &f, x, (T)0x0F, right_pe); /* -> 0x0A */                  \
+    shmem_ctx_quiet(ctx);                                                                     \
+    CHECK(f == (T)0x1A, "shmem_atomic_fetch_and_nbi(ctx)");                                   \
+    shmem_atomic_fetch_or_nbi(&f, x, (T)0x32, right_pe); /* -> 0x3A */                        \
+    shmem_quiet();                                                                            \
+    CHECK(f == (T)0x0A, "shmem_atomic_fetch_or_nbi");                                         \
+    shmem_atomic_fetch_or_nbi(ctx, &f, x, (T)0x03, right_pe); /* -> 0x3B */                   \
+    shmem_ctx_quiet(ctx);                                                                     \
+    CHECK(f == (T)0x3A, "shmem_atomic_fetch_or_nbi(ctx)");                                    \
+    shmem_atomic_fetch_xor_nbi(&f, x, (T)0x03, right_pe); /* -> 0x38 */                       \
+    shmem_quiet();                                                                            \
+    CHECK(f == (T)0x3B, "shmem_atomic_fetch_xor_nbi");                                        \
+    shmem_atomic_fetch_xor_nbi(ctx, &f, x, (T)0x18, right_pe); /* -> 0x20 */                  \
+    shmem_ctx_quiet(ctx);                                                                     \
+    CHECK(f == (T)0x38, "shmem_atomic_fetch_xor_nbi(ctx)");                                   \
+    shmem_barrier_all();                                                                      \
+    CHECK(*x == (T)0x20, "the value the left PE left here: %#llx", (unsigned long long)*x);   \
+    shmem_barrier_all();                                                                      \
   }
 typedef unsigned int uint;
 typedef long long llong;
@@ -330,8 +330,8 @@ static void old_atomics(void) {
   shmem_inc(xl, right_pe);
   shmem_add(xll, 100LL, right_pe);
   shmem_barrier_all();
-  CHECK(*xi == 15 && *xl == 21 && *xll == 104 && *xd == 1.5, "what the left PE left here: %d %ld %lld %g", *xi,
-        *xl, *xll, *xd);
+  CHECK(*xi == 15 && *xl == 21 && *xll == 104 && *xd == 1.5, "what the left PE left here: %d %ld %lld %g", *xi, *xl,
+        *xll, *xd);
   shmem_barrier_all();
 }
 
@@ -340,45 +340,45 @@ static void old_atomics(void) {
 /* Every wait_until and test name on T: the left PE writes 1, 2, 3, 4 into
  * this PE's iv[0..3]. */
 static long p2p_iv[4 * 8];
-#define P2P_TEST(T, slot)                                                                                     \
-  static void p2p_##T(void) {                                                                                 \
-    T *iv = (T *)(void *)&p2p_iv[4 * (slot)];                                                                 \
-    T cmpv[4] = {1, 2, 3, 4}, some[4] = {1, 9, 3, 9};                                                         \
-    int skip0[4] = {1, 0, 0, 0};                                                                              \
-    size_t idx[4], n;                                                                                         \
-    int k;                                                                                                    \
-    section("point-to-point " #T);                                                                            \
-    for (k = 0; k < 4; k++) iv[k] = (T)0;                                                                     \
-    CHECK(shmem_test(&iv[0], SHMEM_CMP_EQ, (T)1) == 0, "shmem_test before the writes");                       \
-    CHECK(shmem_test_all(iv, 4, NULL, SHMEM_CMP_GT, (T)0) == 0, "shmem_test_all before the writes");          \
-    CHECK(shmem_test_any(iv, 4, NULL, SHMEM_CMP_NE, (T)0) == SIZE_MAX, "shmem_test_any before the writes");   \
-    CHECK(shmem_test_some(iv, 4, idx, NULL, SHMEM_CMP_NE, (T)0) == 0, "shmem_test_some before the writes");   \
-    shmem_barrier_all();                                                                                      \
-    for (k = 0; k < 4; k++) shmem_p(&iv[k], (T)(k + 1), right_pe);                                            \
-    shmem_wait_until(&iv[3], SHMEM_CMP_EQ, (T)4);                                                             \
-    shmem_wait_until_all(iv, 4, NULL, SHMEM_CMP_GT, (T)0);                                                    \
-    for (k = 0; k < 4; k++) CHECK(iv[k] == (T)(k + 1), "shmem_wait_until_all: [%d]", k);                      \
-    n = shmem_wait_until_any(iv, 4, skip0, SHMEM_CMP_LE, (T)2);                                               \
-    CHECK(n == 1, "shmem_wait_until_any (0 skipped): %zu", n);                                                \
-    n = shmem_wait_until_some(iv, 4, idx, NULL, SHMEM_CMP_GE, (T)3);                                          \
-    CHECK(n == 2 && idx[0] == 2 && idx[1] == 3, "shmem_wait_until_some: %zu", n);                             \
-    shmem_wait_until_all_vector(iv, 4, NULL, SHMEM_CMP_EQ, cmpv);                                             \
-    n = shmem_wait_until_any_vector(iv, 4, skip0, SHMEM_CMP_EQ, cmpv);                                        \
-    CHECK(n >= 1 && n <= 3, "shmem_wait_until_any_vector: %zu", n);                                          \
-    n = shmem_wait_until_some_vector(iv, 4, idx, NULL, SHMEM_CMP_EQ, some);                                   \
-    CHECK(n == 2 && idx[0] == 0 && idx[1] == 2, "shmem_wait_until_some_vector: %zu", n);                      \
-    CHECK(shmem_test(&iv[1], SHMEM_CMP_EQ, (T)2) == 1, "shmem_test");                                         \
-    CHECK(shmem_test_all(iv, 4, NULL, SHMEM_CMP_LT, (T)5) == 1, "shmem_test_all");                            \
-    CHECK(shmem_test_any(iv, 4, NULL, SHMEM_CMP_EQ, (T)4) == 3, "shmem_test_any");                            \
-    n = shmem_test_some(iv, 4, idx, skip0, SHMEM_CMP_LE, (T)3);                                               \
-    CHECK(n == 2 && idx[0] == 1 && idx[1] == 2, "shmem_test_some: %zu", n);                                   \
-    CHECK(shmem_test_all_vector(iv, 4, NULL, SHMEM_CMP_EQ, cmpv) == 1, "shmem_test_all_vector");              \
-    CHECK(shmem_test_all_vector(iv, 4, NULL, SHMEM_CMP_EQ, some) == 0, "shmem_test_all_vector, unequal");     \
-    n = shmem_test_any_vector(iv, 4, skip0, SHMEM_CMP_EQ, some);                                              \
-    CHECK(n == 2, "shmem_test_any_vector: %zu", n);                                                           \
-    n = shmem_test_some_vector(iv, 4, idx, NULL, SHMEM_CMP_NE, some);                                         \
-    CHECK(n == 2 && idx[0] == 1 && idx[1] == 3, "shmem_test_some_vector: %zu", n);                            \
-    shmem_barrier_all();                                                                                      \
+#define P2P_TEST(T, slot)                                                                                   \
+  static void p2p_##T(void) {                                                                               \
+    T *iv = (T *)(void *)&p2p_iv[4 * (slot)];                                                               \
+    T cmpv[4] = {1, 2, 3, 4}, some[4] = {1, 9, 3, 9};                                                       \
+    int skip0[4] = {1, 0, 0, 0};                                                                            \
+    size_t idx[4], n;                                                                                       \
+    int k;                                                                                                  \
+    section("point-to-point " #T);                                                                          \
+    for (k = 0; k < 4; k++) iv[k] = (T)0;                                                                   \
+    CHECK(shmem_test(&iv[0], SHMEM_CMP_EQ, (T)1) == 0, "shmem_test before the writes");                     \
+    CHECK(shmem_test_all(iv, 4, NULL, SHMEM_CMP_GT, (T)0) == 0, "shmem_test_all before the writes");        \
+    CHECK(shmem_test_any(iv, 4, NULL, SHMEM_CMP_NE, (T)0) == SIZE_MAX, "shmem_test_any before the writes"); \
+    CHECK(shmem_test_some(iv, 4, idx, NULL, SHMEM_CMP_NE, (T)0) == 0, "shmem_test_some before the writes"); \
+    shmem_barrier_all();                                                                                    \
+    for (k = 0; k < 4; k++) shmem_p(&iv[k], (T)(k + 1), right_pe);                                          \
+    shmem_wait_until(&iv[3], SHMEM_CMP_EQ, (T)4);                                                           \
+    shmem_wait_until_all(iv, 4, NULL, SHMEM_CMP_GT, (T)0);                                                  \
+    for (k = 0; k < 4; k++) CHECK(iv[k] == (T)(k + 1), "shmem_wait_until_all: [%d]", k);                    \
+    n = shmem_wait_until_any(iv, 4, skip0, SHMEM_CMP_LE, (T)2);                                             \
+    CHECK(n == 1, "shmem_wait_until_any (0 skipped): %zu", n);                                              \
+    n = shmem_wait_until_some(iv, 4, idx, NULL, SHMEM_CMP_GE, (T)3);                                        \
+    CHECK(n == 2 && idx[0] == 2 && idx[1] == 3, "shmem_wait_until_some: %zu", n);                           \
+    shmem_wait_until_all_vector(iv, 4, NULL, SHMEM_CMP_EQ, cmpv);                                           \
+    n = shmem_wait_until_any_vector(iv, 4, skip0, SHMEM_CMP_EQ, cmpv);                                      \
+    CHECK(n >= 1 && n <= 3, "shmem_wait_until_any_vector: %zu", n);                                         \
+    n = shmem_wait_until_some_vector(iv, 4, idx, NULL, SHMEM_CMP_EQ, some);                                 \
+    CHECK(n == 2 && idx[0] == 0 && idx[1] == 2, "shmem_wait_until_some_vector: %zu", n);                    \
+    CHECK(shmem_test(&iv[1], SHMEM_CMP_EQ, (T)2) == 1, "shmem_test");                                       \
+    CHECK(shmem_test_all(iv, 4, NULL, SHMEM_CMP_LT, (T)5) == 1, "shmem_test_all");                          \
+    CHECK(shmem_test_any(iv, 4, NULL, SHMEM_CMP_EQ, (T)4) == 3, "shmem_test_any");                          \
+    n = shmem_test_some(iv, 4, idx, skip0, SHMEM_CMP_LE, (T)3);                                             \
+    CHECK(n == 2 && idx[0] == 1 && idx[1] == 2, "shmem_test_some: %zu", n);                                 \
+    CHECK(shmem_test_all_vector(iv, 4, NULL, SHMEM_CMP_EQ, cmpv) == 1, "shmem_test_all_vector");            \
+    CHECK(shmem_test_all_vector(iv, 4, NULL, SHMEM_CMP_EQ, some) == 0, "shmem_test_all_vector, unequal");   \
+    n = shmem_test_any_vector(iv, 4, skip0, SHMEM_CMP_EQ, some);                                            \
+    CHECK(n == 2, "shmem_test_any_vector: %zu", n);                                                         \
+    n = shmem_test_some_vector(iv, 4, idx, NULL, SHMEM_CMP_NE, some);                                       \
+    CHECK(n == 2 && idx[0] == 1 && idx[1] == 3, "shmem_test_some_vector: %zu", n);                          \
+    shmem_barrier_all();                                                                                    \
   }
 typedef unsigned short ushort;
 /* X(type, slot of p2p_iv) */
@@ -389,87 +389,86 @@ P2P_TEST_TYPES(P2P_TEST)
 /* ---------------------------------------------------------- collectives */
 
 /* broadcast, collect, fcollect, alltoall and alltoalls on T over the world. */
-#define COLL_TEST(T)                                                                                          \
-  static void coll_##T(void) {                                                                                \
-    T *src = (T *)(void *)pool_a, *dst = (T *)(void *)pool_b;                                                 \
-    int k, j, at, root = npes - 1;                                                                            \
-    section("collectives " #T);                                                                               \
-    for (k = 0; k < NR * npes; k++) src[k] = VAL(T, me, k);                                                   \
-    shmem_barrier_all();                                                                                      \
-    CHECK(shmem_broadcast(SHMEM_TEAM_WORLD, dst, src, NR, root) == 0, "shmem_broadcast");                     \
-    for (k = 0; k < NR; k++) CHECK(dst[k] == VAL(T, root, k), "shmem_broadcast [%d]", k);                     \
-    shmem_barrier_all();                                                                                      \
-    /* collect: PE j gives j + 1 elements */                                                                  \
-    CHECK(shmem_collect(SHMEM_TEAM_WORLD, dst, src, (size_t)me + 1) == 0, "shmem_collect");                   \
-    for (j = 0, at = 0; j < npes; j++)                                                                        \
-      for (k = 0; k <= j; k++, at++) CHECK(dst[at] == VAL(T, j, k), "shmem_collect: PE %d [%d]", j, k);       \
-    shmem_barrier_all();                                                                                      \
-    CHECK(shmem_fcollect(SHMEM_TEAM_WORLD, dst, src, NR) == 0, "shmem_fcollect");                             \
-    for (j = 0; j < npes; j++)                                                                                \
-      for (k = 0; k < NR; k++) CHECK(dst[j * NR + k] == VAL(T, j, k), "shmem_fcollect: PE %d [%d]", j, k);    \
-    shmem_barrier_all();                                                                                      \
-    /* alltoall: block j of PE i's src goes to block i of PE j's dst */                                       \
-    CHECK(shmem_alltoall(SHMEM_TEAM_WORLD, dst, src, NR) == 0, "shmem_alltoall");                             \
-    for (j = 0; j < npes; j++)                                                                                \
-      for (k = 0; k < NR; k++)                                                                                \
-        CHECK(dst[j * NR + k] == VAL(T, j, me * NR + k), "shmem_alltoall: PE %d [%d]", j, k);                 \
-    shmem_barrier_all();                                                                                      \
-    /* alltoalls, source stride 1, dest stride 2, 2 elements a PE */                                          \
-    CHECK(shmem_alltoalls(SHMEM_TEAM_WORLD, dst, src, 2, 1, 2) == 0, "shmem_alltoalls");                      \
-    for (j = 0; j < npes; j++)                                                                                \
-      for (k = 0; k < 2; k++)                                                                                 \
-        CHECK(dst[2 * (j * 2 + k)] == VAL(T, j, me * 2 + k), "shmem_alltoalls: PE %d [%d]", j, k);            \
-    shmem_barrier_all();                                                                                      \
+#define COLL_TEST(T)                                                                                                 \
+  static void coll_##T(void) {                                                                                       \
+    T *src = (T *)(void *)pool_a, *dst = (T *)(void *)pool_b;                                                        \
+    int k, j, at, root = npes - 1;                                                                                   \
+    section("collectives " #T);                                                                                      \
+    for (k = 0; k < NR * npes; k++) src[k] = VAL(T, me, k);                                                          \
+    shmem_barrier_all();                                                                                             \
+    CHECK(shmem_broadcast(SHMEM_TEAM_WORLD, dst, src, NR, root) == 0, "shmem_broadcast");                            \
+    for (k = 0; k < NR; k++) CHECK(dst[k] == VAL(T, root, k), "shmem_broadcast [%d]", k);                            \
+    shmem_barrier_all();                                                                                             \
+    /* collect: PE j gives j + 1 elements */                                                                         \
+    CHECK(shmem_collect(SHMEM_TEAM_WORLD, dst, src, (size_t)me + 1) == 0, "shmem_collect");                          \
+    for (j = 0, at = 0; j < npes; j++)                                                                               \
+      for (k = 0; k <= j; k++, at++) CHECK(dst[at] == VAL(T, j, k), "shmem_collect: PE %d [%d]", j, k);              \
+    shmem_barrier_all();                                                                                             \
+    CHECK(shmem_fcollect(SHMEM_TEAM_WORLD, dst, src, NR) == 0, "shmem_fcollect");                                    \
+    for (j = 0; j < npes; j++)                                                                                       \
+      for (k = 0; k < NR; k++) CHECK(dst[j * NR + k] == VAL(T, j, k), "shmem_fcollect: PE %d [%d]", j, k);           \
+    shmem_barrier_all();                                                                                             \
+    /* alltoall: block j of PE i's src goes to block i of PE j's dst */                                              \
+    CHECK(shmem_alltoall(SHMEM_TEAM_WORLD, dst, src, NR) == 0, "shmem_alltoall");                                    \
+    for (j = 0; j < npes; j++)                                                                                       \
+      for (k = 0; k < NR; k++) CHECK(dst[j * NR + k] == VAL(T, j, me * NR + k), "shmem_alltoall: PE %d [%d]", j, k); \
+    shmem_barrier_all();                                                                                             \
+    /* alltoalls, source stride 1, dest stride 2, 2 elements a PE */                                                 \
+    CHECK(shmem_alltoalls(SHMEM_TEAM_WORLD, dst, src, 2, 1, 2) == 0, "shmem_alltoalls");                             \
+    for (j = 0; j < npes; j++)                                                                                       \
+      for (k = 0; k < 2; k++)                                                                                        \
+        CHECK(dst[2 * (j * 2 + k)] == VAL(T, j, me * 2 + k), "shmem_alltoalls: PE %d [%d]", j, k);                   \
+    shmem_barrier_all();                                                                                             \
   }
 typedef unsigned char uchar;
 #define COLL_TEST_TYPES(X) X(char) X(uchar) X(int) X(double) X(float) X(int64_t) X(uint16_t) X(size_t)
 COLL_TEST_TYPES(COLL_TEST)
 
 /* The reductions on T over the world: PE j gives j + 1 + k at index k. */
-#define REDUCE_ARITH_TEST(T)                                                                                \
-  static void reduce_##T(void) {                                                                            \
-    T *src = (T *)(void *)pool_a, *dst = (T *)(void *)pool_b;                                               \
-    T sum, prod, mn, mx;                                                                                    \
-    int k, j;                                                                                               \
-    section("reductions " #T);                                                                              \
-    for (k = 0; k < 4; k++) src[k] = (T)(me + 1 + k);                                                       \
-    shmem_barrier_all();                                                                                    \
-    CHECK(shmem_sum_reduce(SHMEM_TEAM_WORLD, dst, src, 4) == 0, "shmem_sum_reduce");                        \
-    for (k = 0; k < 4; k++) {                                                                               \
-      for (j = 0, sum = 0; j < npes; j++) sum += (T)(j + 1 + k);                                            \
-      CHECK(dst[k] == sum, "shmem_sum_reduce [%d]", k);                                                     \
-    }                                                                                                       \
-    CHECK(shmem_prod_reduce(SHMEM_TEAM_WORLD, dst, src, 4) == 0, "shmem_prod_reduce");                      \
-    for (k = 0; k < 4; k++) {                                                                               \
-      for (j = 0, prod = 1; j < npes; j++) prod *= (T)(j + 1 + k);                                          \
-      CHECK(dst[k] == prod, "shmem_prod_reduce [%d]", k);                                                   \
-    }                                                                                                       \
-    CHECK(shmem_min_reduce(SHMEM_TEAM_WORLD, dst, src, 4) == 0, "shmem_min_reduce");                        \
-    CHECK(shmem_max_reduce(SHMEM_TEAM_WORLD, &dst[4], src, 4) == 0, "shmem_max_reduce");                    \
-    for (k = 0; k < 4; k++) {                                                                               \
-      mn = (T)(1 + k), mx = (T)(npes + k);                                                                  \
-      CHECK(dst[k] == mn && dst[4 + k] == mx, "shmem_min_reduce, shmem_max_reduce [%d]", k);                \
-    }                                                                                                       \
-    shmem_barrier_all();                                                                                    \
+#define REDUCE_ARITH_TEST(T)                                                                 \
+  static void reduce_##T(void) {                                                             \
+    T *src = (T *)(void *)pool_a, *dst = (T *)(void *)pool_b;                                \
+    T sum, prod, mn, mx;                                                                     \
+    int k, j;                                                                                \
+    section("reductions " #T);                                                               \
+    for (k = 0; k < 4; k++) src[k] = (T)(me + 1 + k);                                        \
+    shmem_barrier_all();                                                                     \
+    CHECK(shmem_sum_reduce(SHMEM_TEAM_WORLD, dst, src, 4) == 0, "shmem_sum_reduce");         \
+    for (k = 0; k < 4; k++) {                                                                \
+      for (j = 0, sum = 0; j < npes; j++) sum += (T)(j + 1 + k);                             \
+      CHECK(dst[k] == sum, "shmem_sum_reduce [%d]", k);                                      \
+    }                                                                                        \
+    CHECK(shmem_prod_reduce(SHMEM_TEAM_WORLD, dst, src, 4) == 0, "shmem_prod_reduce");       \
+    for (k = 0; k < 4; k++) {                                                                \
+      for (j = 0, prod = 1; j < npes; j++) prod *= (T)(j + 1 + k);                           \
+      CHECK(dst[k] == prod, "shmem_prod_reduce [%d]", k);                                    \
+    }                                                                                        \
+    CHECK(shmem_min_reduce(SHMEM_TEAM_WORLD, dst, src, 4) == 0, "shmem_min_reduce");         \
+    CHECK(shmem_max_reduce(SHMEM_TEAM_WORLD, &dst[4], src, 4) == 0, "shmem_max_reduce");     \
+    for (k = 0; k < 4; k++) {                                                                \
+      mn = (T)(1 + k), mx = (T)(npes + k);                                                   \
+      CHECK(dst[k] == mn && dst[4 + k] == mx, "shmem_min_reduce, shmem_max_reduce [%d]", k); \
+    }                                                                                        \
+    shmem_barrier_all();                                                                     \
   }
 /* and, or, xor: PE j gives the bit j % 8 and 0xF0. */
-#define REDUCE_BITWISE_TEST(T)                                                                        \
-  static void reduce_bits_##T(void) {                                                                 \
-    T *src = (T *)(void *)pool_a, *dst = (T *)(void *)pool_b;                                         \
-    T want_or = 0, want_xor = 0;                                                                      \
-    int j;                                                                                            \
-    section("bitwise reductions " #T);                                                                \
-    src[0] = (T)(0xF0 | (1 << (me % 4)));                                                             \
-    for (j = 0; j < npes; j++) want_or |= (T)(0xF0 | (1 << (j % 4)));                                 \
-    for (j = 0; j < npes; j++) want_xor ^= (T)(0xF0 | (1 << (j % 4)));                                \
-    shmem_barrier_all();                                                                              \
-    CHECK(shmem_and_reduce(SHMEM_TEAM_WORLD, &dst[0], src, 1) == 0, "shmem_and_reduce");              \
-    CHECK(shmem_or_reduce(SHMEM_TEAM_WORLD, &dst[1], src, 1) == 0, "shmem_or_reduce");                \
-    CHECK(shmem_xor_reduce(SHMEM_TEAM_WORLD, &dst[2], src, 1) == 0, "shmem_xor_reduce");              \
-    CHECK(dst[0] == (T)0xF0, "shmem_and_reduce: %#llx", (unsigned long long)dst[0]); \
-    CHECK(dst[1] == want_or, "shmem_or_reduce: %#llx", (unsigned long long)dst[1]);                   \
-    CHECK(dst[2] == want_xor, "shmem_xor_reduce: %#llx", (unsigned long long)dst[2]);                 \
-    shmem_barrier_all();                                                                              \
+#define REDUCE_BITWISE_TEST(T)                                                           \
+  static void reduce_bits_##T(void) {                                                    \
+    T *src = (T *)(void *)pool_a, *dst = (T *)(void *)pool_b;                            \
+    T want_or = 0, want_xor = 0;                                                         \
+    int j;                                                                               \
+    section("bitwise reductions " #T);                                                   \
+    src[0] = (T)(0xF0 | (1 << (me % 4)));                                                \
+    for (j = 0; j < npes; j++) want_or |= (T)(0xF0 | (1 << (j % 4)));                    \
+    for (j = 0; j < npes; j++) want_xor ^= (T)(0xF0 | (1 << (j % 4)));                   \
+    shmem_barrier_all();                                                                 \
+    CHECK(shmem_and_reduce(SHMEM_TEAM_WORLD, &dst[0], src, 1) == 0, "shmem_and_reduce"); \
+    CHECK(shmem_or_reduce(SHMEM_TEAM_WORLD, &dst[1], src, 1) == 0, "shmem_or_reduce");   \
+    CHECK(shmem_xor_reduce(SHMEM_TEAM_WORLD, &dst[2], src, 1) == 0, "shmem_xor_reduce"); \
+    CHECK(dst[0] == (T)0xF0, "shmem_and_reduce: %#llx", (unsigned long long)dst[0]);     \
+    CHECK(dst[1] == want_or, "shmem_or_reduce: %#llx", (unsigned long long)dst[1]);      \
+    CHECK(dst[2] == want_xor, "shmem_xor_reduce: %#llx", (unsigned long long)dst[2]);    \
+    shmem_barrier_all();                                                                 \
   }
 typedef signed char schar;
 /* clang-format off */

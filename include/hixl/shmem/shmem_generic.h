@@ -56,10 +56,10 @@ void hixl_shmem_generic_no_such_type(void);
   HIXL_SHMEM_GENERIC_SELECT(TABLE, ROW, OP, ARG(__VA_ARGS__))(__VA_ARGS__)
 
 /* A name with a context form. */
-#define HIXL_SHMEM_GENERIC_CTX_(TABLE, ROW, CTX_ROW, OP, ...)                                          \
-  _Generic((HIXL_SHMEM_ARG1(__VA_ARGS__)),                                                           \
-      shmem_ctx_t: HIXL_SHMEM_GENERIC_SELECT(TABLE, CTX_ROW, OP, HIXL_SHMEM_ARG2(__VA_ARGS__)), \
-      default: HIXL_SHMEM_GENERIC_SELECT(TABLE, ROW, OP, HIXL_SHMEM_ARG1(__VA_ARGS__)))(__VA_ARGS__)
+#define HIXL_SHMEM_GENERIC_CTX_(TABLE, ROW, CTX_ROW, OP, ...)                                     \
+  _Generic((HIXL_SHMEM_ARG1(__VA_ARGS__)), shmem_ctx_t                                            \
+           : HIXL_SHMEM_GENERIC_SELECT(TABLE, CTX_ROW, OP, HIXL_SHMEM_ARG2(__VA_ARGS__)), default \
+           : HIXL_SHMEM_GENERIC_SELECT(TABLE, ROW, OP, HIXL_SHMEM_ARG1(__VA_ARGS__)))(__VA_ARGS__)
 #define HIXL_SHMEM_GENERIC_CTX(TABLE, OP, ...) \
   HIXL_SHMEM_GENERIC_CTX_(TABLE, HIXL_SHMEM_GENERIC_ROW, HIXL_SHMEM_GENERIC_CTX_ROW, OP, __VA_ARGS__)
 #define HIXL_SHMEM_GENERIC_CTX_CONST(TABLE, OP, ...) \
