@@ -9,7 +9,8 @@
 //   2. kills rank 1 (SIGKILL) and waits for it to be gone (a pidfd): a
 //      wait_notification and a wait_until of 15 s end in
 //      HIXL_ERR_PEER_FAILED naming rank 1 well before that; a put +
-//      fence, a get + fence, an atomic, and finalize must each fail with
+//      fence (into its registered memory and into its heap), a get +
+//      fence, an atomic, and finalize must each fail with
 //      HIXL_ERR_PEER_FAILED (HIXL_ERR_TIMEOUT accepted for the fences),
 //      naming rank 1, within HIXL_TIMEOUT_MS; its own memory still works.
 //
@@ -95,6 +96,13 @@ int main() {
     std::fprintf(stderr, "peer_killed: register failed: %s\n", hixl_last_error());
     return 1;
   }
+  // A block of the symmetric heap (hixl_alloc: the same address on both ranks): on one
+  // host the peer's heap is mapped, and a put there is a plain copy.
+  void* heap = hixl_alloc(4096);
+  if (heap == nullptr) {
+    std::fprintf(stderr, "peer_killed: hixl_alloc failed: %s\n", hixl_last_error());
+    return 1;
+  }
   struct Info {
     uint64_t addr;
     int64_t pid;
@@ -108,6 +116,9 @@ int main() {
   const int peer = 1 - me;
   Check(hixl_put(peer, buf.data(), all[peer].addr, 4096) == HIXL_SUCCESS && hixl_fence() == HIXL_SUCCESS,
         "a put and fence to the live peer");
+  Check(hixl_put(peer, buf.data(), reinterpret_cast<uint64_t>(heap), 4096) == HIXL_SUCCESS &&
+            hixl_fence() == HIXL_SUCCESS,
+        "a put and fence into the live peer's heap");
   Check(hixl_barrier() == HIXL_SUCCESS, "barrier");
   if (me == 1) {
     // Wait here, serving nothing but the network (hixl's progress thread),
@@ -173,6 +184,15 @@ int main() {
   Check(rc != HIXL_ERR_PEER_FAILED || err.find("rank 1") != std::string::npos, "the error names rank 1");
   Check(ms <= timeout_ms,
         "it failed after " + std::to_string(ms) + " ms (HIXL_TIMEOUT_MS=" + std::to_string(timeout_ms) + ")");
+
+  // Its heap too, which this rank may still map: the fence asks whether
+  // the peer is alive.
+  rc = hixl_put(1, buf.data(), reinterpret_cast<uint64_t>(heap), 4096);
+  if (rc == HIXL_SUCCESS) rc = hixl_fence();
+  err = hixl_last_error();
+  Check(rc == HIXL_ERR_PEER_FAILED || rc == HIXL_ERR_TIMEOUT,
+        "put + fence into the killed rank's heap failed (" + std::string(hixl_strerror(rc)) + "): " + err);
+  Check(rc != HIXL_ERR_PEER_FAILED || err.find("rank 1") != std::string::npos, "the error names rank 1");
 
   start = Clock::now();
   rc = hixl_get(1, all[1].addr, buf.data(), 4096);

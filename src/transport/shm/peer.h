@@ -30,11 +30,12 @@ struct Peer {
   std::atomic<bool> use_cma{true};
   std::atomic<bool> closed{false};  // set by Disconnect
   // The peer's process (pidfd_open at Connect; invalid where refused): a
-  // copy into its promoted registered memory (promotion.h) is a plain
-  // memcpy that cannot see it die, as cross-memory attach would (ESRCH),
-  // so a flush after such copies asks this (CheckAlive).
+  // copy into its mapped memory (its heap, or promoted registered memory:
+  // promotion.h) is a plain memcpy that cannot see it die, as cross-memory
+  // attach would (ESRCH), so a flush after such copies asks this
+  // (CheckAlive).
   net::Fd pidfd;
-  std::atomic<bool> promoted_copies{false};  // copies into its promoted memory since the last flush
+  std::atomic<bool> mapped_copies{false};  // copies into or out of its mapped memory since the last flush
   // When CheckAlive last found it alive (steady clock, ns): it asks the
   // pidfd again only kAliveWindowNs later.
   mutable std::atomic<int64_t> alive_at_ns{INT64_MIN / 2};

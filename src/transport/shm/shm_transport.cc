@@ -160,7 +160,7 @@ class ShmTransport final : public Transport {
     if (p->closed.load(std::memory_order_acquire)) return NotConnected(*p);
     if (key.mapped) {
       copy::Copy(key.mapped + (dst - key.base), src, n, options_.copy);
-      if (key.promoted) NotePromotedCopy(p);
+      if (!p->self) NoteMappedCopy(p);
       return Status::Ok();
     }
     if (p->self) {
@@ -180,7 +180,7 @@ class ShmTransport final : public Transport {
     if (p->closed.load(std::memory_order_acquire)) return NotConnected(*p);
     if (key.mapped) {
       copy::Copy(dst, key.mapped + (src - key.base), n, options_.copy);
-      if (key.promoted) NotePromotedCopy(p);
+      if (!p->self) NoteMappedCopy(p);
       return Status::Ok();
     }
     if (p->self) {
@@ -237,7 +237,7 @@ class ShmTransport final : public Transport {
     // Copies into mapped memory and cross-memory attach complete in the
     // call; only relayed puts can be outstanding.
     std::atomic_thread_fence(std::memory_order_seq_cst);
-    Status alive = CheckPromotedPeers();
+    Status alive = CheckMappedPeers();
     // No relay channel open: nothing can be outstanding.  A channel opened
     // by a thread whose puts this fence must complete was counted before
     // those puts were posted, so the count is seen here.
@@ -262,9 +262,9 @@ class ShmTransport final : public Transport {
     std::shared_ptr<Peer> p = FindPeer(peer);
     if (!p) return Status::Ok();
     // Only relayed transfers can be outstanding (see Flush()); copies into
-    // promoted memory are checked against the peer's death.
+    // mapped memory are checked against the peer's death.
     Status s = FlushRelay(p.get(), Relay());
-    if (s.ok() && p->promoted_copies.load(std::memory_order_relaxed) && p->promoted_copies.exchange(false)) {
+    if (s.ok() && p->mapped_copies.load(std::memory_order_relaxed) && p->mapped_copies.exchange(false)) {
       s = p->CheckAlive();
     }
     return s;
@@ -296,7 +296,7 @@ class ShmTransport final : public Transport {
     if (p->closed.load(std::memory_order_acquire)) return NotConnected(*p);
     uint64_t* word = nullptr;
     if (key.mapped) {
-      if (key.promoted) HIXL_RETURN_IF_ERROR(p->CheckAlive());  // the result must come from a live peer
+      if (!p->self) HIXL_RETURN_IF_ERROR(p->CheckAlive());  // the result must come from a live peer
       word = reinterpret_cast<uint64_t*>(key.mapped + (addr - key.base));
     } else if (p->self) {
       word = reinterpret_cast<uint64_t*>(addr);
@@ -332,22 +332,23 @@ class ShmTransport final : public Transport {
 
   RelayContext Relay() { return RelayContext{host_, &relay_channels_}; }
 
-  // A copy into a peer's promoted memory: the next flush checks the peer is
-  // alive (two relaxed stores where not yet set; nothing for heap copies).
-  void NotePromotedCopy(Peer* p) {
-    if (!p->promoted_copies.load(std::memory_order_relaxed)) p->promoted_copies.store(true, std::memory_order_relaxed);
-    if (!promoted_copies_.load(std::memory_order_relaxed)) promoted_copies_.store(true, std::memory_order_relaxed);
+  // A copy into (or out of) a peer's mapped memory, its heap or promoted
+  // registered memory: the next flush checks the peer is alive (two relaxed
+  // stores where not yet set).
+  void NoteMappedCopy(Peer* p) {
+    if (!p->mapped_copies.load(std::memory_order_relaxed)) p->mapped_copies.store(true, std::memory_order_relaxed);
+    if (!mapped_copies_.load(std::memory_order_relaxed)) mapped_copies_.store(true, std::memory_order_relaxed);
   }
 
-  // For Flush(): the first peer, among those copied into by promoted
+  // For Flush(): the first peer, among those copied into or out of through
   // mappings since the last flush, whose process has exited.
-  Status CheckPromotedPeers() {
-    if (!promoted_copies_.load(std::memory_order_relaxed) || !promoted_copies_.exchange(false)) return Status::Ok();
+  Status CheckMappedPeers() {
+    if (!mapped_copies_.load(std::memory_order_relaxed) || !mapped_copies_.exchange(false)) return Status::Ok();
     std::vector<std::shared_ptr<Peer>> copied;
     {
       std::lock_guard lock(peers_mu_);
       for (auto& p : peers_) {
-        if (p && p->promoted_copies.load(std::memory_order_relaxed) && p->promoted_copies.exchange(false)) {
+        if (p && p->mapped_copies.load(std::memory_order_relaxed) && p->mapped_copies.exchange(false)) {
           copied.push_back(p);
         }
       }
@@ -400,7 +401,7 @@ class ShmTransport final : public Transport {
   std::mutex peers_mu_;
   std::vector<std::shared_ptr<Peer>> peers_;  // by rank; null when not connected
   std::atomic<int> relay_channels_{0};        // relay channels open (until Disconnect)
-  std::atomic<bool> promoted_copies_{false};  // some peer's promoted_copies is set
+  std::atomic<bool> mapped_copies_{false};  // some peer's mapped_copies is set
 
   std::mutex promoted_mu_;
   // (base, len) -> (segment id, registrations: one Promote each, undone by
