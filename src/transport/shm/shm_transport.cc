@@ -401,7 +401,7 @@ class ShmTransport final : public Transport {
   std::mutex peers_mu_;
   std::vector<std::shared_ptr<Peer>> peers_;  // by rank; null when not connected
   std::atomic<int> relay_channels_{0};        // relay channels open (until Disconnect)
-  std::atomic<bool> mapped_copies_{false};  // some peer's mapped_copies is set
+  std::atomic<bool> mapped_copies_{false};    // some peer's mapped_copies is set
 
   std::mutex promoted_mu_;
   // (base, len) -> (segment id, registrations: one Promote each, undone by
