@@ -15,11 +15,7 @@ namespace {
 // One message in flight: UCX reads its header until it completes.
 struct Outgoing {
   Peer* p = nullptr;
-  union {
-    PutSignalHeader put_signal;
-    WakeHeader wake;
-  };
-  Outgoing() : put_signal() {}
+  PutSignalHeader put_signal;
 };
 
 // Completion of a message that did not complete at once (worker mutex held).
@@ -45,39 +41,29 @@ ucs_status_ptr_t Send(std::unique_ptr<Outgoing> o, unsigned id, const void* head
   return r;
 }
 
-// A message that breaks the rules is dropped; the first one is logged (a
-// peer cannot flood the log).
-void Drop(const char* what, uint64_t addr, size_t len) {
-  static std::atomic<bool> logged{false};
-  if (!logged.exchange(true)) {
-    HIXL_LOG_WARN("ucx: dropped a signal message from a peer: {} ({} bytes at {:#x}); later ones are dropped silently",
-                  what, len, addr);
-  }
-}
-
 ucs_status_t OnPutSignal(void* arg, const void* header, size_t header_length, void* data, size_t length,
                          const ucp_am_recv_param_t* param) {
   const auto* regions = static_cast<const Regions*>(arg);
   if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
-    Drop("rendezvous data", 0, length);
+    DropMessage("rendezvous data", 0, length);
     return UCS_ERR_INVALID_PARAM;  // the sender's request fails with it; the data is dropped
   }
   PutSignalHeader h;
   if (header_length != sizeof(h)) {
-    Drop("a malformed header", 0, header_length);
+    DropMessage("a malformed header", 0, header_length);
     return UCS_OK;
   }
   std::memcpy(&h, header, sizeof(h));
   if (h.op != static_cast<uint64_t>(AtomicOp::kSet) && h.op != static_cast<uint64_t>(AtomicOp::kAdd)) {
-    Drop("an unknown signal operation", h.sig, 8);
+    DropMessage("an unknown signal operation", h.sig, 8);
     return UCS_OK;
   }
   if (h.sig % 8 != 0 || !regions->CoversLocked(h.sig, 8)) {
-    Drop("a signal word outside the registered regions", h.sig, 8);
+    DropMessage("a signal word outside the registered regions", h.sig, 8);
     return UCS_OK;
   }
   if (length > kMaxSignalData || (length > 0 && !regions->CoversLocked(h.dst, length))) {
-    Drop("data outside the registered regions", h.dst, length);
+    DropMessage("data outside the registered regions", h.dst, length);
     return UCS_OK;
   }
   auto* word = reinterpret_cast<uint64_t*>(h.sig);
@@ -91,24 +77,17 @@ ucs_status_t OnPutSignal(void* arg, const void* header, size_t header_length, vo
   return UCS_OK;
 }
 
-ucs_status_t OnWake(void* arg, const void* header, size_t header_length, void*, size_t length,
-                    const ucp_am_recv_param_t* param) {
-  const auto* regions = static_cast<const Regions*>(arg);
-  WakeHeader h;
-  if (header_length != sizeof(h) || length != 0) {
-    Drop("a malformed wake-up", 0, header_length + length);
-    return (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) ? UCS_ERR_INVALID_PARAM : UCS_OK;
+}  // namespace
+
+void DropMessage(const char* what, uint64_t addr, size_t len) {
+  static std::atomic<bool> logged{false};
+  if (!logged.exchange(true)) {
+    HIXL_LOG_WARN("ucx: dropped a message from a peer: {} ({} bytes at {:#x}); later ones are dropped silently", what,
+                  len, addr);
   }
-  std::memcpy(&h, header, sizeof(h));
-  if (h.addr % 8 != 0 || !regions->CoversLocked(h.addr, 8)) {
-    Drop("a wake-up outside the registered regions", h.addr, 8);
-    return UCS_OK;
-  }
-  WakeWaiters(reinterpret_cast<const uint64_t*>(h.addr));
-  return UCS_OK;
 }
 
-Status SetHandler(Worker* w, unsigned id, ucp_am_recv_callback_t cb, const void* arg) {
+Status SetMessageHandler(Worker* w, unsigned id, ucp_am_recv_callback_t cb, const void* arg) {
   ucp_am_handler_param_t hp{};
   hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_FLAGS | UCP_AM_HANDLER_PARAM_FIELD_CB |
                   UCP_AM_HANDLER_PARAM_FIELD_ARG;
@@ -123,17 +102,11 @@ Status SetHandler(Worker* w, unsigned id, ucp_am_recv_callback_t cb, const void*
   return Status::Ok();
 }
 
-}  // namespace
-
 Status SetSignalHandlers(Worker* w, const Regions* regions) {
-  HIXL_RETURN_IF_ERROR(SetHandler(w, kPutSignalId, OnPutSignal, regions));
-  return SetHandler(w, kWakeId, OnWake, regions);
+  return SetMessageHandler(w, kPutSignalId, OnPutSignal, regions);
 }
 
-void ClearSignalHandlers(Worker* w) {
-  (void)SetHandler(w, kPutSignalId, nullptr, nullptr);
-  (void)SetHandler(w, kWakeId, nullptr, nullptr);
-}
+void ClearSignalHandlers(Worker* w) { (void)SetMessageHandler(w, kPutSignalId, nullptr, nullptr); }
 
 ucs_status_ptr_t SendPutSignal(Peer* p, const void* data, uint64_t dst, size_t n, uint64_t sig, AtomicOp op,
                                uint64_t value) {
@@ -142,16 +115,6 @@ ucs_status_ptr_t SendPutSignal(Peer* p, const void* data, uint64_t dst, size_t n
   o->put_signal = PutSignalHeader{.dst = dst, .sig = sig, .value = value, .op = static_cast<uint64_t>(op)};
   const void* header = &o->put_signal;
   return Send(std::move(o), kPutSignalId, header, sizeof(PutSignalHeader), n > 0 ? data : nullptr, n);
-}
-
-ucs_status_ptr_t SendWake(Peer* p, uint64_t addr) {
-  auto o = std::make_unique<Outgoing>();
-  o->p = p;
-  o->wake = WakeHeader{.addr = addr};
-  const void* header = &o->wake;
-  ucs_status_ptr_t r = Send(std::move(o), kWakeId, header, sizeof(WakeHeader), nullptr, 0);
-  if (UCS_PTR_IS_PTR(r)) ++p->outstanding;  // OnSent counts it down
-  return r;
 }
 
 }  // namespace hixl::transport::ucx

@@ -54,7 +54,9 @@ class UcxTransport final : public Transport {
     if (regions_) {
       std::lock_guard lock(w_->mu);
       ClearSignalHandlers(w_.get());  // they read regions_
+      if (atomics_) atomics_->ClearHandlers();
     }
+    atomics_.reset();
     regions_.reset();
     // Endpoints close as their last holder lets go (keys may hold some).
   }
@@ -78,9 +80,11 @@ class UcxTransport final : public Transport {
       }
     }
     regions_ = std::make_unique<Regions>(w_.get());
+    atomics_ = std::make_unique<Atomics>(w_.get(), regions_.get());
     {
       std::lock_guard lock(w_->mu);
       HIXL_RETURN_IF_ERROR(SetSignalHandlers(w_.get(), regions_.get()));
+      HIXL_RETURN_IF_ERROR(atomics_->SetHandlers());
     }
     rma_ = std::make_unique<Rma>(w_.get(), host_);
     host_name_ = HostName();
@@ -213,15 +217,8 @@ class UcxTransport final : public Transport {
                 uint64_t* old) override {
     const auto& k = static_cast<const UcxKey&>(key);
     HIXL_RETURN_IF_ERROR(CheckKey(k, peer));
-    HIXL_RETURN_IF_ERROR(RemoteAtomic(k, op, addr, operand, compare, old, WaitMs(*host_)));
-    if (op != AtomicOp::kFetch) {
-      // The word may have changed: wake the target's waiters on it (UCX
-      // changed it without the target's threads noticing).  Fire and
-      // forget; a failure shows at the next flush.
-      std::lock_guard lock(w_->mu);
-      if (Usable(k.peer.get()).ok()) (void)SendWake(k.peer.get(), addr);
-    }
-    return Status::Ok();
+    // The target applies it and wakes the word's waiters (atomics.h).
+    return atomics_->Apply(k, op, addr, operand, compare, old, WaitDeadline(*host_));
   }
 
   void Shutdown() override {
@@ -261,8 +258,8 @@ class UcxTransport final : public Transport {
   const bool local_only_;  // every peer is on this host: listen on loopback only
   // Device memory: RegisterRegion maps host memory only (UCS_MEMORY_TYPE_HOST).
   // Loopback: the endpoint to this process itself uses UCX's `self`
-  // transport.  Atomics: the context asks for UCP_FEATURE_AMO64 and UCX
-  // emulates them where the network has none.  Batch: no native batch; the
+  // transport.  Atomics: hixl's own active messages (atomics.h), whose
+  // target wakes the word's waiters.  Batch: no native batch; the
   // interface's default starts one put or get per piece.
   static constexpr Capabilities kCaps{.host_memory = true,
                                       .device_memory = false,
@@ -270,9 +267,10 @@ class UcxTransport final : public Transport {
                                       .loopback = true,
                                       .atomics = true,
                                       .batch = false,
-                                      .wakes_waiters = false};  // UCX applies a remote AMO without a futex wake
+                                      .wakes_waiters = true};
   std::shared_ptr<Worker> w_;
   std::unique_ptr<Regions> regions_;
+  std::unique_ptr<Atomics> atomics_;  // its handlers read regions_
   std::unique_ptr<Rma> rma_;
   std::string host_name_;
 

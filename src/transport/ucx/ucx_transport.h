@@ -1,4 +1,4 @@
-// The UCX transport, for peers on any host: UCP with the RMA (and AMO)
+// The UCX transport, for peers on any host: UCP with the RMA and active-message
 // features over whatever UCX finds (InfiniBand, RoCE, TCP, ...).
 //
 // * One UCP context and one worker per process.  Every UCP call on them is
@@ -14,7 +14,8 @@
 //   endpoint (and the worker) alive until it is destroyed.
 // * Put/Get are ucp_put_nbx/ucp_get_nbx; Flush is a flush of every endpoint
 //   used since the last one, progressed by the calling thread and bounded by
-//   HIXL_TIMEOUT_MS.  Atomic is ucp_atomic_op_nbx after a worker fence.
+//   HIXL_TIMEOUT_MS.  Atomic is a request and a reply of hixl's own active
+//   messages, after a worker fence (atomics.h).
 // * Where the network does not do RMA in hardware (TCP: UCX emulates RMA
 //   with active messages), the target must progress its worker.  A thread
 //   does that, sleeping on the worker's event fd (UCP_FEATURE_WAKEUP): it

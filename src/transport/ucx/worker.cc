@@ -67,7 +67,7 @@ Result<ucp_context_h> CreateContext(const UcxOptions& options, bool tune_tcp) {
   }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED | UCP_PARAM_FIELD_NAME;
-  params.features = UCP_FEATURE_RMA | UCP_FEATURE_AMO32 | UCP_FEATURE_AMO64 | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
+  params.features = UCP_FEATURE_RMA | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
   params.mt_workers_shared = 0;
   params.name = "hixl";
   ucp_context_h context = nullptr;
@@ -170,15 +170,16 @@ bool Worker::PollOnce() {
   std::unique_lock lock(mu, std::try_to_lock);
   if (!lock.owns_lock()) return false;
   if (ucp_worker_progress(worker) == 0) return false;
-  // Drained, as the progress thread drains before it arms: nothing this
-  // took is left half done for a progress thread that was armed before it
-  // (such a thread is woken by the next arrival).  No kick: waking the
-  // progress thread after every message doubled put_signal's latency on 2
-  // CPUs.
+  // No kick: waking the progress thread after every message doubled
+  // put_signal's latency on 2 CPUs.
+  DrainLocked();
+  return true;
+}
+
+void Worker::DrainLocked() {
   while (ucp_worker_progress(worker) != 0) {
   }
   if (waiters_ > 0 && completed.exchange(false, std::memory_order_relaxed)) progressed_.notify_all();
-  return true;
 }
 
 void Worker::Run() {

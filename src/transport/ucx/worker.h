@@ -47,10 +47,11 @@ class Worker {
   // Set when a request completes or an endpoint fails: what a waiting
   // flush may be waiting for.
   std::atomic<bool> completed{false};
-  // What callers that gave up waiting (HIXL_TIMEOUT_MS) left with UCX: a
-  // request's completion removes its own entry; whatever UCX never
-  // completes goes with the worker, after ucp_worker_destroy (no callback
-  // can run then).  Guarded by mu.
+  // What UCX may still read and no caller waits for any more: atomics
+  // whose callers gave up waiting (HIXL_TIMEOUT_MS) or had their reply
+  // first, atomics' replies (atomics.cc).  A request's completion removes
+  // its own entry; whatever UCX never completes goes with the worker, after
+  // ucp_worker_destroy (no callback can run then).  Guarded by mu.
   std::vector<std::shared_ptr<void>> abandoned;
 
   // The progress thread serves the network on the target side (needed where
@@ -64,6 +65,13 @@ class Worker {
   // One round of progress on the calling thread unless another thread
   // holds mu (Transport::Poll); true if it found work.  Call without mu.
   bool PollOnce();
+  // Progresses until nothing is left to do, as the progress thread does
+  // before it arms, so that nothing this thread took from the worker is
+  // left half done for a progress thread asleep in poll (it is woken by
+  // the next arrival); wakes the threads asleep in ProgressUntil if a
+  // request completed.  For a caller done with ProgressUntil, in place of
+  // a kick.  mu held.
+  void DrainLocked();
 
   // Progresses the worker until done() holds or the deadline passes (lock
   // holds mu); returns done().  While progress finds work, this thread does
