@@ -171,6 +171,12 @@ shmem_ctx_t NewCtx(shmem_team_t team, long options) {
 }
 
 void Pending(shmem_ctx_t ctx, int pe) {
+  if (S().synchronous[static_cast<size_t>(pe)]) {
+    if (!ctx->same_host_pending.load(std::memory_order_relaxed)) {
+      ctx->same_host_pending.store(true, std::memory_order_seq_cst);
+    }
+    return;
+  }
   std::atomic<uint8_t>& noted = ctx->pending[static_cast<size_t>(pe)];
   // Noted already: a quiet that takes it after this check flushes after the
   // transfer this notes was started.
@@ -179,18 +185,30 @@ void Pending(shmem_ctx_t ctx, int pe) {
   if (noted.load(std::memory_order_relaxed) != 0) return;
   noted.store(1, std::memory_order_release);
   ctx->pending_pes.push_back(pe);
+  ctx->any_pending.store(true, std::memory_order_release);
 }
 
 void Quiet(const char* api, shmem_ctx_t ctx) {
   world::WorldImpl* w = W(api);
-  std::vector<int> pes;
+  // On one host (shm) the transport's whole flush is a few flags (relayed
+  // puts, peers' liveness), once for all its PEs.  A transfer noted after
+  // the flag is taken is after this quiet: completed by the next.
+  if (ctx->same_host_pending.load(std::memory_order_relaxed) && ctx->same_host_pending.exchange(false)) {
+    Check(api, w->FenceTransport(S().same_host_pe));
+  }
+  // Elsewhere (UCX) each noted PE's own.  This thread's list is kept
+  // between calls: the swap trades it (emptied, its capacity kept) for the
+  // context's, so that neither allocates once both have grown.
+  if (!ctx->any_pending.load(std::memory_order_acquire)) return;
+  thread_local std::vector<int> pes;
+  pes.clear();
   {
     std::lock_guard lock(ctx->mu);
+    if (ctx->pending_pes.empty()) return;
     pes.swap(ctx->pending_pes);
+    ctx->any_pending.store(false, std::memory_order_relaxed);
     for (int pe : pes) ctx->pending[static_cast<size_t>(pe)].store(0, std::memory_order_release);
   }
-  // What another thread of this context starts meanwhile is after this
-  // quiet: noted again, completed by the next.
   for (int pe : pes) Check(api, w->Fence(pe));
 }
 
@@ -312,6 +330,10 @@ void Init(const char* api) {
   }
   s.synchronous.assign(static_cast<size_t>(s.npes), 0);
   for (int pe = 0; pe < s.npes; ++pe) s.synchronous[static_cast<size_t>(pe)] = s.w->TransportFor(pe) == "shm";
+  s.same_host_pe = -1;
+  for (int pe = 0; pe < s.npes && s.same_host_pe < 0; ++pe) {
+    if (s.synchronous[static_cast<size_t>(pe)]) s.same_host_pe = pe;
+  }
   InitTeams();
   static std::once_flag hook;
   std::call_once(hook, [] { std::atexit(FinalizeAtExit); });

@@ -39,10 +39,15 @@ struct hixl_shmem_team {
 struct hixl_shmem_ctx {
   shmem_team_t team = nullptr;
   long options = 0;
+  // Transfers to PEs on this host (shm), all completed by one flush of
+  // that transport: a flag, no list.
+  std::atomic<bool> same_host_pending{false};
   std::mutex mu;  // held to add to or take pending_pes
-  // Per world PE: whether it is in pending_pes (set under mu; read without).
+  // Per world PE (elsewhere: UCX): whether it is in pending_pes (set under
+  // mu; read without).
   std::unique_ptr<std::atomic<uint8_t>[]> pending;
-  std::vector<int> pending_pes;  // guarded by mu
+  std::vector<int> pending_pes;          // guarded by mu
+  std::atomic<bool> any_pending{false};  // pending_pes is not empty (set and cleared under mu)
 };
 
 namespace hixl::shmem {
@@ -75,6 +80,7 @@ struct State {
   // mapped memory, by cross-memory attach, or into a relay slot); else a
   // blocking call fences (UCX may still read the source).
   std::vector<uint8_t> synchronous;
+  int same_host_pe = -1;  // a PE served by shm (the first), or -1
   Block* block = nullptr;
   uint32_t next_slot = 1;
   // Allocations of shmem_malloc and friends: user pointer -> (base, size).

@@ -451,6 +451,15 @@ Status WorldImpl::Fence(int rank) {
   return s.ok() ? d : s;
 }
 
+Status WorldImpl::FenceTransport(int rank) {
+  if (rank < 0 || rank >= size())
+    return Err(Errc::kInvalidArg, "fence: rank {} is outside the world of {}", rank, size());
+  PeerSession& p = peer(rank);
+  Status s = p.transport().Flush();
+  Status d = p.TakeDeferred();
+  return s.ok() ? d : s;
+}
+
 Status WorldImpl::Finalize() {
   if (finalized_) return Status::Ok();
   finalized_ = true;

@@ -51,6 +51,11 @@ class WorldImpl final : private Session::Delegate {
   // Completes this process's transfers to or from `rank` only (those to
   // other ranks may stay in flight); errors name the rank.
   Status Fence(int rank);
+  // Completes this process's transfers over the transport that serves
+  // `rank`, to every peer it serves (cheaper than Fence(rank) for a
+  // transport whose transfers complete in the call, shm, where only relayed
+  // puts and peers' liveness are left to check).
+  Status FenceTransport(int rank);
   // Where rank's registered bytes [addr, addr+size) are mapped in this
   // process (null where they are not, such as another host's); an error
   // when rank has no region holding them.  Valid until rank frees or

@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
+#include <climits>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -342,8 +344,17 @@ class ShmTransport final : public Transport {
 
   // For Flush(): the first peer, among those copied into or out of through
   // mappings since the last flush, whose process has exited.
+  // At most once per Peer::kAliveWindowNs (the flags stay set meanwhile,
+  // for a later flush): a fence after every small put would otherwise pay a
+  // lock, a scan of the peers and their pidfds.
   Status CheckMappedPeers() {
-    if (!mapped_copies_.load(std::memory_order_relaxed) || !mapped_copies_.exchange(false)) return Status::Ok();
+    if (!mapped_copies_.load(std::memory_order_relaxed)) return Status::Ok();
+    const int64_t now =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+            .count();
+    if (now - mapped_checked_ns_.load(std::memory_order_relaxed) < Peer::kAliveWindowNs) return Status::Ok();
+    if (!mapped_copies_.exchange(false)) return Status::Ok();
+    mapped_checked_ns_.store(now, std::memory_order_relaxed);
     std::vector<std::shared_ptr<Peer>> copied;
     {
       std::lock_guard lock(peers_mu_);
@@ -399,9 +410,10 @@ class ShmTransport final : public Transport {
   std::unique_ptr<ShmServer> server_;  // the socket (on the event loop) and the relay thread
 
   std::mutex peers_mu_;
-  std::vector<std::shared_ptr<Peer>> peers_;  // by rank; null when not connected
-  std::atomic<int> relay_channels_{0};        // relay channels open (until Disconnect)
-  std::atomic<bool> mapped_copies_{false};    // some peer's mapped_copies is set
+  std::vector<std::shared_ptr<Peer>> peers_;               // by rank; null when not connected
+  std::atomic<int> relay_channels_{0};                     // relay channels open (until Disconnect)
+  std::atomic<bool> mapped_copies_{false};                 // some peer's mapped_copies is set
+  std::atomic<int64_t> mapped_checked_ns_{INT64_MIN / 2};  // when CheckMappedPeers last scanned
 
   std::mutex promoted_mu_;
   // (base, len) -> (segment id, registrations: one Promote each, undone by
