@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "mp_util.h"
+#include "support/in_futex.h"
 
 namespace hixl::test {
 namespace {
@@ -142,17 +143,7 @@ TEST_P(Signals, CompareSwapLockProtectsACriticalSection) {
   HIXL_ASSERT_OK(g_world->Barrier());
 }
 
-// Whether thread `tid` of this process is inside the futex system call
-// (/proc/self/task/TID/syscall starts with its number); true where that
-// cannot be read (then the test still checks the data, and may test less).
-bool InFutex(pid_t tid) {
-  FILE* f = std::fopen(("/proc/self/task/" + std::to_string(tid) + "/syscall").c_str(), "r");
-  if (!f) return true;
-  long nr = -1;
-  const int got = std::fscanf(f, "%ld", &nr);
-  std::fclose(f);
-  return got != 1 || nr == SYS_futex;
-}
+using hixl::testing_support::InFutex;
 
 // A waiter already asleep in the kernel (a futex wait with no time slice)
 // is woken by put_signal itself, over every transport: for each round rank

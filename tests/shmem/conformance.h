@@ -1,6 +1,6 @@
 /* The OpenSHMEM conformance suite of hixl's front door: what its files share.
  *
- * conformance_main.c holds main and the CHECK machinery; each other
+ * conformance_main.c holds main (check.h the CHECK machinery); each other
  * conformance_*.c file holds the sections of one area.  Symmetric data that
  * the checks use as remote targets lives in the file that uses it: every PE
  * runs the same program, so a global or static there is symmetric. */
@@ -18,23 +18,7 @@
 
 /* ------------------------------------------------------------------ checks */
 
-extern int me, npes, right_pe, left_pe;
-extern const char *section_name;
-extern long n_checks; /* symmetric: summed over the PEs at the end */
-
-#if defined(__GNUC__)
-__attribute__((format(printf, 4, 5)))
-#endif
-void fail(const char *file, int line, const char *expr, const char *fmt, ...);
-
-#define CHECK(cond, ...)                                       \
-  do {                                                         \
-    ++n_checks;                                                \
-    if (!(cond)) fail(__FILE__, __LINE__, #cond, __VA_ARGS__); \
-  } while (0)
-
-/* Every section starts with a barrier, so that a failure points at one. */
-void section(const char *name);
+#include "check.h"
 
 /* A value that PE `src` writes at index i: small, positive, exact in every type. */
 #define VAL(T, src, i) ((T)((((src)*31) + ((i)*7) + 1) % 101))

@@ -17,36 +17,6 @@
 
 /* ------------------------------------------------------------------ checks */
 
-int me = -1, npes = 0, right_pe = 0, left_pe = 0;
-const char *section_name = "init";
-long n_checks;            /* symmetric: summed over the PEs at the end */
-static long total_checks; /* symmetric: the sum */
-
-void fail(const char *file, int line, const char *expr, const char *fmt, ...) {
-  va_list ap;
-  fflush(stdout);
-  fprintf(stderr, "%s:%d: PE %d of %d: section '%s': CHECK(%s) failed: ", file, line, me, npes, section_name, expr);
-  va_start(ap, fmt);
-  vfprintf(stderr, fmt, ap);
-  va_end(ap);
-  fputc('\n', stderr);
-  fflush(stderr);
-  shmem_global_exit(1);
-  exit(1); /* not reached: shmem_global_exit does not return */
-}
-
-/* Every section starts with a barrier, so that a failure points at one. */
-void section(const char *name) {
-  static int verbose = -1;
-  shmem_barrier_all();
-  section_name = name;
-  if (verbose < 0) verbose = getenv("SHMEM_CONFORMANCE_VERBOSE") != NULL;
-  if (verbose) {
-    fprintf(stderr, "PE %d: section '%s'\n", me, name);
-    fflush(stderr);
-  }
-}
-
 unsigned char *pool_a, *pool_b, *pool_w;
 
 /* ------------------------------------------------------------------- main */
@@ -68,10 +38,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: %s [init | start_pes | init_thread]\n", argv[0]);
     return 2;
   }
-  me = shmem_my_pe();
-  npes = shmem_n_pes();
-  right_pe = (me + 1) % npes;
-  left_pe = (me - 1 + npes) % npes;
+  checks_start();
   if (strcmp(mode, "init_thread") == 0)
     CHECK(provided >= SHMEM_THREAD_SINGLE && provided <= SHMEM_THREAD_MULTIPLE, "init_thread provided %d", provided);
 
@@ -111,14 +78,7 @@ int main(int argc, char **argv) {
   shmem_free(pool_w);
   shmem_free(pool_b);
   shmem_free(pool_a);
-  if (shmem_long_sum_reduce(SHMEM_TEAM_WORLD, &total_checks, &n_checks, 1) != 0) {
-    fprintf(stderr, "PE %d: the final sum_reduce failed\n", me);
-    shmem_global_exit(1);
-  }
-  if (me == 0) {
-    printf("shmem conformance: %ld checks passed (%d PEs, %s)\n", total_checks, npes, mode);
-    fflush(stdout);
-  }
+  checks_report("shmem conformance", mode);
   if (strcmp(mode, "start_pes") != 0) shmem_finalize();
   return 0;
 }

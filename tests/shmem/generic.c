@@ -8,8 +8,9 @@
  * shmem_global_exit(1); PE 0 prints "shmem generic: N checks passed". */
 #include <shmem.h>
 
+#include "check.h"
+
 #include <complex.h>
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -20,41 +21,7 @@
 #error "shmem.h declares no C11 generic names"
 #endif
 
-static int me, npes, right_pe, left_pe;
-static const char *section_name = "init";
-static long n_checks;     /* symmetric: summed over the PEs at the end */
-static long total_checks; /* symmetric */
-static shmem_ctx_t ctx;   /* a context of this PE's own */
-
-#if defined(__GNUC__)
-__attribute__((format(printf, 3, 4)))
-#endif
-static void
-fail(int line, const char *expr, const char *fmt, ...);
-
-#define CHECK(cond, ...)                             \
-  do {                                               \
-    ++n_checks;                                      \
-    if (!(cond)) fail(__LINE__, #cond, __VA_ARGS__); \
-  } while (0)
-
-static void fail(int line, const char *expr, const char *fmt, ...) {
-  va_list ap;
-  fflush(stdout);
-  fprintf(stderr, "%s:%d: PE %d of %d: section '%s': CHECK(%s) failed: ", __FILE__, line, me, npes, section_name, expr);
-  va_start(ap, fmt);
-  vfprintf(stderr, fmt, ap);
-  va_end(ap);
-  fputc('\n', stderr);
-  fflush(stderr);
-  shmem_global_exit(1);
-  exit(1);
-}
-
-static void section(const char *name) {
-  shmem_barrier_all();
-  section_name = name;
-}
+static shmem_ctx_t ctx; /* a context of this PE's own */
 
 /* A value that PE src writes at index i: small, positive, exact in every type. */
 #define VAL(T, src, i) ((T)((((src)*31) + ((i)*7) + 1) % 101))
@@ -514,10 +481,7 @@ static void reduce_complex(void) {
 
 int main(void) {
   shmem_init();
-  me = shmem_my_pe();
-  npes = shmem_n_pes();
-  right_pe = (me + 1) % npes;
-  left_pe = (me + npes - 1) % npes;
+  checks_start();
   if (npes < 2) {
     fprintf(stderr, "generic: needs 2 PEs or more (hixlrun -n 2)\n");
     shmem_global_exit(2);
@@ -541,8 +505,7 @@ int main(void) {
 
   section("end");
   shmem_ctx_destroy(ctx);
-  shmem_long_sum_reduce(SHMEM_TEAM_WORLD, &total_checks, &n_checks, 1);
-  if (me == 0) printf("shmem generic: %ld checks passed\n", total_checks);
+  checks_report("shmem generic", NULL);
   shmem_free(pool_b);
   shmem_free(pool_a);
   shmem_finalize();

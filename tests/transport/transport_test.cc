@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "support/in_futex.h"
 #include "transport_fixture.h"
 
 namespace hixl::transport::test {
@@ -238,17 +239,7 @@ TEST_P(TransportTest, Atomics) {
   }
 }
 
-// Whether thread `tid` of this process is inside the futex system call
-// (/proc/self/task/TID/syscall starts with its number); true where that
-// cannot be read (then the test checks less).
-bool InFutex(pid_t tid) {
-  FILE* f = std::fopen(("/proc/self/task/" + std::to_string(tid) + "/syscall").c_str(), "r");
-  if (!f) return true;
-  long nr = -1;
-  const int got = std::fscanf(f, "%ld", &nr);
-  std::fclose(f);
-  return got != 1 || nr == SYS_futex;
-}
+using hixl::testing_support::InFutex;
 
 // A transport that says so wakes a thread of the target asleep in the
 // kernel on the word an atomic changes (as hixl_wait_until sleeps): the
