@@ -169,7 +169,7 @@ typedef struct hixl_notification {
   unsigned char data[HIXL_NOTIFY_MAX_BYTES];
 } hixl_notification_t;
 /* Delivers len <= HIXL_NOTIFY_MAX_BYTES bytes to dst_rank's queue; blocks
- * until this process's puts are complete and the message is queued there.
+ * until this process's puts to dst_rank are complete and the message is queued there.
  * HIXL_ERR_QUEUE_FULL when the queue holds HIXL_NOTIFY_QUEUE_DEPTH
  * messages already (nothing is dropped: retry later). */
 int hixl_notify(int dst_rank, const void *bytes, size_t len);

@@ -212,7 +212,8 @@ void BindSignals(py::module_& m) {
       "Sets the word to desired if it equals expected; returns the value seen (== expected: it swapped).");
   m.def("notify", &Notify, py::arg("dst_rank"), py::arg("data"),
         "Delivers data (bytes-like, up to NOTIFY_MAX_BYTES) to dst_rank's notification queue, after every put and "
-        "get this process started (it fences first).  QueueFullError when the queue is full (nothing is dropped).");
+        "get this process started to dst_rank (it fences them first).  QueueFullError when the queue is full "
+        "(nothing is dropped).");
   m.def("get_notifications", &GetNotifications,
         "Every queued notification, without waiting: a list of (src_rank, bytes), oldest first.");
   m.def("wait_notification", &WaitNotification, py::arg("timeout_ms") = -1,

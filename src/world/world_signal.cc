@@ -161,10 +161,15 @@ Status WorldImpl::Notify(int dst_rank, const void* bytes, size_t len) {
                HIXL_NOTIFY_MAX_BYTES);
   }
   if (!bytes && len > 0) return Err(Errc::kInvalidArg, "hixl_notify: bytes is NULL");
-  // Every put issued before the notification is complete before it is sent.
-  HIXL_RETURN_IF_ERROR(Fence());
+  // Every put issued to the target before the notification is complete
+  // before it is sent; transfers to other ranks may stay in flight (and a
+  // rank that died meanwhile fails the calls to it, not this one).
   std::string data(static_cast<const char*>(bytes), len);
-  if (dst_rank == rank()) return EnqueueNotification(rank(), std::move(data));
+  if (dst_rank == rank()) {
+    HIXL_RETURN_IF_ERROR(Fence());
+    return EnqueueNotification(rank(), std::move(data));
+  }
+  HIXL_RETURN_IF_ERROR(Fence(dst_rank));
   auto r = peer(dst_rank).Call(ControlMsg::kNotify, data, cfg_.timeout_ms);
   if (!r.ok()) return Err(r.status().code(), "hixl_notify to rank {}: {}", dst_rank, r.status().message());
   return Status::Ok();

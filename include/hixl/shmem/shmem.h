@@ -479,7 +479,7 @@ HIXL_SHMEM_REDUCE_COMPLEX_TYPES(HIXL_SHMEM_DECL_REDUCE_ARITH)
  * the standard's tables, with or without a context first): C11 and later,
  * not C++. */
 #if !defined(__cplusplus) && defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
-#include "shmem_generic.h"
+#include <hixl/shmem/shmem_generic.h>
 #endif
 
 #ifdef __cplusplus
