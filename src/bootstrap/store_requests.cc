@@ -129,8 +129,16 @@ std::optional<TcpStoreServer::Impl::Outcome> TcpStoreServer::Impl::TryComplete(P
 
 Status TcpStoreServer::Impl::FailedStatus(const Conn& c, const Parked& p) const {
   const Failure& f = failed.front();
+  // Every rank that failed, by number: the store cannot tell which went
+  // first where their connections closed together (a rank that stops
+  // because another died may be seen going before it).
   std::string more;
-  if (failed.size() > 1) more = fmt::format("; {} other ranks failed too", failed.size() - 1);
+  constexpr size_t kNamed = 8;
+  for (size_t i = 1; i < failed.size() && i <= kNamed; ++i) {
+    more += fmt::format("{}rank {}", i == 1 ? "; " : ", ", failed[i].rank);
+  }
+  if (failed.size() > kNamed + 1) more += fmt::format(" and {} more", failed.size() - kNamed - 1);
+  if (failed.size() > 1) more += " failed too";
   return Err(Errc::kPeerFailed, "rank {} left without finalizing ({}){} while rank {} was waiting for {}", f.rank,
              f.why, more, c.rank, WaitWhat(p.op, p.key, p.target, p.watch));
 }

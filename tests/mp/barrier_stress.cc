@@ -128,7 +128,9 @@ int PeerDies(int me, int n) {
   const int rc = hixl_barrier();
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
   if (rc != HIXL_ERR_PEER_FAILED) return Fail(std::string("the barrier returned ") + hixl_strerror(rc));
-  // Rank 0 hosts the store and sees the dead rank go; another survivor may
+  // Rank 0 hosts the store and sees the dead rank go (the store names every
+  // rank that left, as another survivor that learnt of the death first may
+  // have left as well, and be seen going first); another survivor may
   // instead see rank 0 leave first (it returns as soon as it has checked).
   const std::string name = "rank " + std::to_string(dead);
   if (me == 0 && !std::strstr(hixl_last_error(), name.c_str())) return Fail("the error does not name " + name);

@@ -463,6 +463,31 @@ TEST_F(TcpStoreTest, ClientDestroyedWithoutCloseFailsWaits) {
   EXPECT_TRUE(c1->WaitAtLeast("n", 3, kLongMs).ok());
 }
 
+// A rank that stops because another died may be seen going first: the
+// error names every rank that left, so that the one that died is named too.
+TEST_F(TcpStoreTest, AFailureNamesEveryRankThatLeft) {
+  StartWorld(4);
+  auto c1 = Client(1), c2 = Client(2), c3 = Client(3);
+  ASSERT_TRUE(c1 && c2 && c3);
+  c2.reset();
+  Status first = c1->WaitAtLeast("never", 1, kLongMs);
+  EXPECT_EQ(first.code(), Errc::kPeerFailed) << first.ToString();
+  EXPECT_TRUE(Contains(first.message(), "rank 2 left without finalizing")) << first.message();
+  EXPECT_FALSE(Contains(first.message(), "failed too")) << first.message();
+  c3.reset();
+  // The store learns of rank 3 when it reads its connection's end: ask until
+  // it has (each answer is immediate: the world has failed already).
+  Status both;
+  for (int i = 0; i < 100000; ++i) {
+    both = c1->WaitAtLeast("never", 1, 0);
+    if (Contains(both.message(), "rank 3")) break;
+    std::this_thread::yield();
+  }
+  EXPECT_EQ(both.code(), Errc::kPeerFailed) << both.ToString();
+  EXPECT_TRUE(Contains(both.message(), "rank 2 left without finalizing")) << both.message();
+  EXPECT_TRUE(Contains(both.message(), "; rank 3 failed too")) << both.message();
+}
+
 TEST_F(TcpStoreTest, CloseIsNotAFailure) {
   StartWorld(4);
   auto c1 = Client(1), c3 = Client(3);
