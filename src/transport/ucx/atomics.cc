@@ -5,6 +5,7 @@
 #include <cstring>
 #include <memory>
 
+#include "base/log.h"
 #include "transport/ucx/endpoint.h"
 #include "transport/ucx/signals.h"
 
@@ -147,7 +148,12 @@ void Atomics::Reply(ucp_ep_h ep, const AtomicReplyHeader& reply) {
   param.cb.send = OnReplySent;
   param.user_data = m.get();
   ucs_status_ptr_t r = ucp_am_send_nbx(ep, kAtomicReplyId, &m->header, sizeof(m->header), nullptr, 0, &param);
-  if (UCS_PTR_IS_PTR(r)) w_->abandoned.push_back(std::move(m));  // OnReplySent frees it
+  if (UCS_PTR_IS_PTR(r)) {
+    w_->abandoned.push_back(std::move(m));  // OnReplySent frees it
+  } else if (UCS_PTR_IS_ERR(r)) {
+    // The caller's endpoint failed: it notices that, or times out.
+    HIXL_LOG_DEBUG("ucx: cannot send an atomic's reply: {}", ucs_status_string(UCS_PTR_STATUS(r)));
+  }
 }
 
 Status Atomics::Apply(const UcxKey& k, AtomicOp op, uint64_t addr, uint64_t operand, uint64_t compare, uint64_t* old,

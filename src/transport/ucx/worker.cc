@@ -202,8 +202,13 @@ void Worker::Run() {
                     ucs_status_string(armed));
       warned = true;
     }
+    // Never asleep for long, armed or not: UCX 1.13 over TCP may leave the
+    // armed event fd quiet while a message waits to be handled (seen once
+    // in CI: an atomic's request lay unanswered on an idle rank for the
+    // whole 120 s timeout; ucxx's issue 15 reports the same of UCX before
+    // 1.14), and a progress call every kIdlePollMs recovers it.
     pollfd fds[2] = {{efd_, POLLIN, 0}, {wake_.get(), POLLIN, 0}};
-    int r = ::poll(fds, 2, armed == UCS_OK ? -1 : 10);
+    int r = ::poll(fds, 2, kIdlePollMs);
     if (r > 0 && (fds[1].revents & POLLIN)) {
       uint64_t count;
       ssize_t n = ::read(wake_.get(), &count, sizeof(count));

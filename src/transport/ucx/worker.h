@@ -108,6 +108,9 @@ class Worker {
   // round trip: a shorter spin doubled a remote fetch_add's latency.
   static constexpr std::chrono::microseconds kSpinBeforeSleep{50};
   static constexpr int kWaitMs = 10;
+  // The progress thread progresses the worker at least this often (ms),
+  // woken by its event fd or not (see Run).
+  static constexpr int kIdlePollMs = 10;
 
   void Run();
 
