@@ -44,8 +44,9 @@ void Complete(const Group& g) { Check(g.api, W(g.api)->Fence()); }
 
 // The standard has every PE's dest ready to receive when any PE makes one
 // of these calls, so each part is pushed at once, followed by one count on
-// the receiver's delivery word (g.flag): a receiver returns once it has
-// counted every part it expects, a sender once its parts are out.  The
+// the receiver's delivery word for this PE (Group::arrivals; a legacy
+// active set's one word): a receiver returns once it has counted every
+// part it expects, a sender once its parts are out.  The
 // count after the data: a same-host peer's mapped word takes the CPU's
 // atomic after a full fence, when the data went into the peer's mapped
 // memory too; elsewhere (the relay, UCX) the world's put-with-signal, which
@@ -57,7 +58,8 @@ void Deliver(const Group& g, int index, void* dest, const void* source, size_t b
   }
   world::WorldImpl* w = W(g.api);
   const int pe = g.pes[static_cast<size_t>(index)];
-  auto* word = static_cast<uint64_t*>(Direct(g.api, g.flag, sizeof(uint64_t), pe));
+  uint64_t* count = g.arrivals ? &g.arrivals[g.me] : g.flag;  // the same address there
+  auto* word = static_cast<uint64_t*>(Direct(g.api, count, sizeof(uint64_t), pe));
   void* to = bytes && word ? Direct(g.api, dest, bytes, pe) : nullptr;
   if (word && (to || bytes == 0)) {
     if (bytes) std::memcpy(to, source, bytes);
@@ -66,18 +68,36 @@ void Deliver(const Group& g, int index, void* dest, const void* source, size_t b
     return;
   }
   if (bytes == 0) {
-    Atomic64(g.api, pe, Remote(g.flag, pe), transport::AtomicOp::kAdd, 1);
+    Atomic64(g.api, pe, Remote(count, pe), transport::AtomicOp::kAdd, 1);
     return;
   }
-  Check(g.api, w->PutSignal(pe, source, Remote(dest, pe), bytes, Remote(g.flag, pe), 1, SHMEM_SIGNAL_ADD));
+  Check(g.api, w->PutSignal(pe, source, Remote(dest, pe), bytes, Remote(count, pe), 1, SHMEM_SIGNAL_ADD));
 }
 
-// Waits for count deliveries and takes them off the word (a sender already
-// in the next call on the same word is counted there, not lost); then
-// completes this PE's own puts so that its source may be reused.
-void Arrivals(const Group& g, uint64_t count) {
-  uint64_t* word = g.flag;
-  if (count) {
+constexpr int kEveryPeer = -1;  // Arrivals: a part from every other member
+constexpr int kNoPeer = -2;     // Arrivals: none
+
+// Waits for the part of this call from member `from` (an index, kEveryPeer
+// or kNoPeer); then completes this PE's own puts so that its source may be
+// reused.  A team counts each member's parts apart: a member already in a
+// later call (a broadcast's root never waits) is counted there, and never
+// in place of a slower member's part of this one.  A legacy active set
+// counts all on one word and takes them off (the standard orders its calls
+// on one pSync with barriers).
+void Arrivals(const Group& g, int from) {
+  if (g.arrivals) {
+    std::vector<uint64_t>& taken = *g.taken;
+    const uint64_t* arrived = g.arrivals;
+    for (int i = 0; i < g.size() && from != kNoPeer; ++i) {
+      if (i == g.me || (from != kEveryPeer && i != from)) continue;
+      const uint64_t want = ++taken[static_cast<size_t>(i)];
+      const uint64_t* word = &arrived[i];
+      WaitFor(g.api, "a peer's part of the collective",
+              [word, want] { return __atomic_load_n(word, __ATOMIC_ACQUIRE) >= want; });
+    }
+  } else if (from != kNoPeer) {
+    uint64_t* word = g.flag;
+    const uint64_t count = from == kEveryPeer ? static_cast<uint64_t>(g.size() - 1) : 1;
     WaitFor(g.api, "a peer's part of the collective",
             [word, count] { return __atomic_load_n(word, __ATOMIC_ACQUIRE) >= count; });
     __atomic_fetch_sub(word, count, __ATOMIC_ACQ_REL);
@@ -98,16 +118,16 @@ void Broadcast(const Group& g, void* dest, const void* source, size_t bytes, int
     for (int i = 0; i < g.size(); ++i) {
       if (i != root || root_too) Deliver(g, i, dest, source, bytes);
     }
-    Arrivals(g, 0);
+    Arrivals(g, kNoPeer);
   } else {
-    Arrivals(g, 1);
+    Arrivals(g, root);
   }
 }
 
 void Fcollect(const Group& g, void* dest, const void* source, size_t bytes) {
   char* at = static_cast<char*>(dest) + static_cast<size_t>(g.me) * bytes;
   for (int k = 0; k < g.size(); ++k) Deliver(g, (g.me + k) % g.size(), at, source, bytes);
-  Arrivals(g, static_cast<uint64_t>(g.size() - 1));
+  Arrivals(g, kEveryPeer);
 }
 
 // Where each PE's part goes depends on the others' sizes: they are
@@ -133,7 +153,7 @@ void Alltoall(const Group& g, void* dest, const void* source, size_t bytes) {
     Deliver(g, i, static_cast<char*>(dest) + static_cast<size_t>(g.me) * bytes,
             static_cast<const char*>(source) + static_cast<size_t>(i) * bytes, bytes);
   }
-  Arrivals(g, static_cast<uint64_t>(g.size() - 1));
+  Arrivals(g, kEveryPeer);
 }
 
 // Block me of PE i's dest gets this PE's source elements for PE i: strides
@@ -156,7 +176,7 @@ void Alltoalls(const Group& g, void* dest, const void* source, ptrdiff_t dst, pt
       Deliver(g, i, dest, source, 0);
     }
   }
-  Arrivals(g, static_cast<uint64_t>(g.size() - 1));
+  Arrivals(g, kEveryPeer);
 }
 
 enum class Op { kAnd, kOr, kXor, kMin, kMax, kSum, kProd };

@@ -14,7 +14,15 @@ struct Group {
   std::vector<int> pes;      // world PEs, in the group's order
   int me = -1;               // this PE's index in pes
   uint64_t* sync = nullptr;  // kRounds barrier words (this PE's address), or null: the world's own barrier
-  uint64_t* flag = nullptr;  // counts the parts peers have delivered (broadcast, fcollect, alltoall)
+  // Where peers count the parts they deliver (broadcast, fcollect,
+  // alltoall).  A team: arrivals[i] counts member i's parts, and taken[i]
+  // those this PE has waited for (a PE already in a later call counts
+  // there, never in place of a slower one's part).  A legacy active set
+  // (arrivals null): one word, flag, counts every member's (the standard
+  // has a pSync reused only after a barrier).
+  uint64_t* arrivals = nullptr;
+  std::vector<uint64_t>* taken = nullptr;
+  uint64_t* flag = nullptr;
 
   int size() const { return static_cast<int>(pes.size()); }
 };

@@ -302,6 +302,14 @@ void Init(const char* api) {
   if (!b.ok()) Fail(api, "cannot allocate the runtime's symmetric block: " + b.status().message());
   s.block = static_cast<Block*>(b.value());
   std::memset(s.block, 0, sizeof(Block));
+  // The collectives' delivery counts, the second allocation (symmetric
+  // too); the world's and the shared team's rows (slots 0 and 1) zeroed
+  // here, a split's in AgreeSlots.
+  const size_t row = static_cast<size_t>(s.npes);
+  auto a = s.w->Alloc(kTeamSlots * row * sizeof(uint64_t));
+  if (!a.ok()) Fail(api, "cannot allocate the collectives' delivery counts: " + a.status().message());
+  s.arrivals = static_cast<uint64_t*>(a.value());
+  std::memset(s.arrivals, 0, 2 * row * sizeof(uint64_t));
 
   // Global and static variables: register the program's writable data and
   // learn where every PE has it.

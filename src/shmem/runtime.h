@@ -30,6 +30,9 @@ struct hixl_shmem_team {
   uint32_t slot = 0;  // its barrier words in the runtime's block (0: the world's own barrier)
   shmem_team_config_t config{};
   bool world = false;  // every PE, in world order
+  // Per member (team index): the parts of this team's broadcasts,
+  // fcollects and alltoalls this PE has taken from it, so far.
+  std::vector<uint64_t> taken;
 };
 
 // A context: its team (PE numbers), and the world PEs it may still have
@@ -82,6 +85,10 @@ struct State {
   std::vector<uint8_t> synchronous;
   int same_host_pe = -1;  // a PE served by shm (the first), or -1
   Block* block = nullptr;
+  // Per team slot, npes words: word i of a team's row counts the parts its
+  // member i has delivered here (kTeamSlots x npes words, allocated at
+  // init after the block; a row is zeroed when its slot is taken).
+  uint64_t* arrivals = nullptr;
   uint32_t next_slot = 1;
   // Allocations of shmem_malloc and friends: user pointer -> (base, size).
   struct Allocation {

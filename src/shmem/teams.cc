@@ -4,6 +4,7 @@
 // (one row of kRounds words per team slot; teams that share a PE never
 // share a slot).  The legacy active sets count in their pSync.
 #include <algorithm>
+#include <cstring>
 
 #include <fmt/format.h>
 
@@ -41,6 +42,8 @@ void InitTeams() {
   }
   shared_team.world = shared_team.pes.size() == world_team.pes.size();
   shared_team.slot = 1;  // every PE's shared team: disjoint across hosts
+  world_team.taken.assign(world_team.pes.size(), 0);
+  shared_team.taken.assign(shared_team.pes.size(), 0);
   s.next_slot = 2;
   default_ctx.team = &world_team;
   default_ctx.pending = std::make_unique<std::atomic<uint8_t>[]>(static_cast<size_t>(s.npes));
@@ -56,6 +59,8 @@ bool FromTeam(const char* api, shmem_team_t team, Group* g) {
   g->me = team->me;
   g->sync = team->world ? nullptr : S().block->team_sync[team->slot];
   g->flag = &S().block->team_sync[team->slot][kRounds - 1];
+  g->arrivals = S().arrivals + static_cast<size_t>(team->slot) * static_cast<size_t>(S().npes);
+  g->taken = &team->taken;
   return true;
 }
 
@@ -116,6 +121,12 @@ uint32_t AgreeSlots(const Group& g, uint32_t count) {
   }
   Check(g.api, w->Fence());  // every get has landed (over UCX they complete here)
   const uint64_t slot = *std::max_element(offered.begin(), offered.end());
+  // The new teams' delivery counts start at zero before any member can
+  // deliver (after the barrier); no team of this PE has these slots yet.
+  if (slot + count <= kTeamSlots) {
+    std::memset(s.arrivals + slot * static_cast<size_t>(s.npes), 0,
+                count * static_cast<size_t>(s.npes) * sizeof(uint64_t));
+  }
   Sync(g, false);
   if (slot + count > kTeamSlots) {
     Fail(g.api, fmt::format("no team slot is left ({} teams have been made; at most {})", slot, kTeamSlots - 2));
@@ -141,6 +152,7 @@ shmem_team_t MakeTeam(const Group& parent, int start, int stride, int size, uint
     return SHMEM_TEAM_INVALID;
   }
   t->slot = slot;
+  t->taken.assign(t->pes.size(), 0);
   if (config && (mask & SHMEM_TEAM_NUM_CONTEXTS)) t->config.num_contexts = config->num_contexts;
   t->world = static_cast<int>(t->pes.size()) == S().npes;
   for (size_t i = 0; t->world && i < t->pes.size(); ++i) t->world = t->pes[i] == static_cast<int>(i);

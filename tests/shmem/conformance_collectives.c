@@ -289,3 +289,71 @@ void test_large_collectives(void) {
   CHECK(1, "large sum_reduce");
   shmem_barrier_all();
 }
+
+/* ------------------------------------------------ back-to-back collectives */
+
+/* Collectives called again and again with no barrier between them, into
+ * dest arrays in turn, each reused only once every PE is done with it (the
+ * standard leaves that to the program): a PE already in a later call must
+ * never be counted for a slower one's part of this one, at a PE still
+ * waiting for that slower one. */
+static int check_fcollect(long *d, int k, const char *what) {
+  int pe;
+  for (pe = 0; pe < npes; pe++) {
+    if (d[pe] != (long)k * 1000 + pe) {
+      CHECK(d[pe] == (long)k * 1000 + pe, "fcollect %d %s: PE %d's part is %ld", k, what, pe, d[pe]);
+      return 1;
+    }
+  }
+  return 0;
+}
+
+void test_back_to_back_collectives(void) {
+  const int calls = 3000;
+  long *src = (long *)pool_a, *dst[4];
+  int k, pe, i, bad = 0;
+
+  section("back-to-back fcollect, alltoall and broadcast on the world team");
+  for (i = 0; i < 4; i++) dst[i] = (long *)pool_b + (size_t)i * 2 * (size_t)npes;
+  shmem_barrier_all();
+  /* A PE one call ahead (it has every part of this one) delivers into the
+   * other dest. */
+  for (k = 0; k < calls && !bad; k++) {
+    src[0] = (long)k * 1000 + me;
+    CHECK(shmem_long_fcollect(SHMEM_TEAM_WORLD, dst[k % 2], src, 1) == 0, "fcollect %d", k);
+    bad = check_fcollect(dst[k % 2], k, "back to back");
+  }
+  shmem_barrier_all();
+  for (k = 0; k < calls && !bad; k++) {
+    long *d = dst[k % 2];
+    for (pe = 0; pe < npes; pe++) src[pe] = (long)k * 1000 + me * 10 + pe;
+    CHECK(shmem_long_alltoall(SHMEM_TEAM_WORLD, d, src, 1) == 0, "alltoall %d", k);
+    for (pe = 0; pe < npes; pe++) {
+      if (d[pe] != (long)k * 1000 + pe * 10 + me) {
+        CHECK(d[pe] == (long)k * 1000 + pe * 10 + me, "alltoall %d of %d back to back: PE %d's part is %ld", k, calls,
+              pe, d[pe]);
+        bad = 1;
+      }
+    }
+  }
+  /* A broadcast's root returns at once, and a PE that has its part goes on:
+   * one may be two calls ahead (dest reused four calls later, after an
+   * fcollect that waited for every PE). */
+  shmem_barrier_all();
+  for (k = 0; k < calls && !bad; k++) {
+    long *d = dst[k % 4];
+    const int root = (k / 2) % npes;
+    src[0] = (long)k * 1000 + me;
+    if (k % 2 == 1) {
+      CHECK(shmem_long_broadcast(SHMEM_TEAM_WORLD, d, src, 1, root) == 0, "broadcast %d", k);
+      if (me != root && d[0] != (long)k * 1000 + root) {
+        CHECK(d[0] == (long)k * 1000 + root, "broadcast %d of %d among fcollects: got %ld", k, calls, d[0]);
+        bad = 1;
+      }
+    } else {
+      CHECK(shmem_long_fcollect(SHMEM_TEAM_WORLD, d, src, 1) == 0, "fcollect %d", k);
+      bad = check_fcollect(d, k, "among broadcasts");
+    }
+  }
+  shmem_barrier_all();
+}
