@@ -120,7 +120,7 @@ void test_teams(void);
 /* conformance_collectives.c */
 void collectives_on(shmem_team_t team, const char *name);
 void test_large_collectives(void);
-void test_back_to_back_collectives(void);
+void test_back_to_back_collectives(int calls);
 /* conformance_legacy.c */
 void psync_init(void);
 void legacy_on(aset_t a, const char *name);

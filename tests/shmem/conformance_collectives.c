@@ -308,8 +308,7 @@ static int check_fcollect(long *d, int k, const char *what) {
   return 0;
 }
 
-void test_back_to_back_collectives(void) {
-  const int calls = 3000;
+void test_back_to_back_collectives(int calls) {
   long *src = (long *)pool_a, *dst[4];
   int k, pe, i, bad = 0;
 

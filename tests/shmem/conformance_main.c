@@ -55,7 +55,7 @@ int main(int argc, char **argv) {
   if (strcmp(mode, "back_to_back") == 0) {
     /* Only the collectives called again and again, at more PEs than the
      * whole suite runs at (a race needs three: one slow, one ahead). */
-    test_back_to_back_collectives();
+    test_back_to_back_collectives(3000);
   } else {
     run_all(mode);
   }
@@ -83,7 +83,7 @@ static void run_all(const char *mode) {
   test_teams();
   collectives_on(SHMEM_TEAM_WORLD, "world");
   test_large_collectives();
-  test_back_to_back_collectives();
+  test_back_to_back_collectives(100);
   collectives_on(team_even, "even (split_strided 0, 2)");
   collectives_on(team_x, "x (split_2d)");
   collectives_on(team_y, "y (split_2d)");
