@@ -239,12 +239,37 @@ const T* SourceOf(const Group& g, int index, const T* source, size_t n, T* part)
   return part;
 }
 
+// A small reduction on the world team: each PE pushes its source into its
+// slot at every PE (as fcollect does) and combines them all in the group's
+// order once they are there: one round of messages and no barrier.  The
+// slots alternate between two sets call by call: a PE two reductions ahead
+// has had this PE's part of the one between, sent once this one was done.
+template <Op op, typename T>
+bool SmallReduce(const Group& g, T* dest, const T* source, size_t n) {
+  const size_t bytes = n * sizeof(T);
+  if (g.small_reduce == nullptr || bytes == 0 || bytes > kSmallReduceBytes) return false;
+  const uint64_t call = (*g.reductions)++;
+  unsigned char* slots = g.small_reduce + (call % 2) * static_cast<size_t>(g.size()) * kSmallReduceBytes;
+  for (int k = 0; k < g.size(); ++k) {
+    Deliver(g, (g.me + k) % g.size(), slots + static_cast<size_t>(g.me) * kSmallReduceBytes, source, bytes);
+  }
+  Arrivals(g, kEveryPeer);
+  T* acc = static_cast<T*>(Scratch(0, bytes));
+  std::memcpy(acc, slots, bytes);
+  for (int i = 1; i < g.size(); ++i) {
+    CombineInto<op>(acc, reinterpret_cast<const T*>(slots + static_cast<size_t>(i) * kSmallReduceBytes), n);
+  }
+  std::memcpy(dest, acc, bytes);
+  return true;
+}
+
 // Every PE combines every member's source in the group's order (the same
 // bits everywhere, floating point included), reading same-host peers'
 // sources where they lie; the second barrier keeps each source unchanged
 // until every peer has read it, so dest may be the source itself.
 template <Op op, typename T>
 void ReduceWith(const Group& g, T* dest, const T* source, size_t n) {
+  if (SmallReduce<op>(g, dest, source, n)) return;
   Sync(g, true);
   if (n > 0) {
     T* acc = static_cast<T*>(Scratch(0, n * sizeof(T)));

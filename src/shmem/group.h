@@ -23,6 +23,10 @@ struct Group {
   uint64_t* arrivals = nullptr;
   std::vector<uint64_t>* taken = nullptr;
   uint64_t* flag = nullptr;
+  // The world team's: where small reductions gather every source, and its
+  // count of them (null elsewhere: reductions read the sources instead).
+  unsigned char* small_reduce = nullptr;
+  uint64_t* reductions = nullptr;
 
   int size() const { return static_cast<int>(pes.size()); }
 };

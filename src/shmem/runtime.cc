@@ -310,6 +310,9 @@ void Init(const char* api) {
   if (!a.ok()) Fail(api, "cannot allocate the collectives' delivery counts: " + a.status().message());
   s.arrivals = static_cast<uint64_t*>(a.value());
   std::memset(s.arrivals, 0, 2 * row * sizeof(uint64_t));
+  auto r = s.w->Alloc(2 * row * kSmallReduceBytes);
+  if (!r.ok()) Fail(api, "cannot allocate the small reductions' slots: " + r.status().message());
+  s.small_reduce = static_cast<unsigned char*>(r.value());
 
   // Global and static variables: register the program's writable data and
   // learn where every PE has it.

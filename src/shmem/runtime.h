@@ -33,6 +33,7 @@ struct hixl_shmem_team {
   // Per member (team index): the parts of this team's broadcasts,
   // fcollects and alltoalls this PE has taken from it, so far.
   std::vector<uint64_t> taken;
+  uint64_t reductions = 0;  // small reductions on this team so far (the world team's)
 };
 
 // A context: its team (PE numbers), and the world PEs it may still have
@@ -59,6 +60,9 @@ namespace hixl::shmem {
 // allocation of the heap, so at the same address on every PE).
 inline constexpr uint32_t kTeamSlots = 256;  // team barrier words: one row per team slot
 inline constexpr uint32_t kRounds = 32;      // a dissemination barrier's rounds (2^32 PEs)
+// A reduction of at most this many bytes on the world team pushes each
+// PE's source to every PE (one round, no barrier; see collectives.cc).
+inline constexpr size_t kSmallReduceBytes = 64;
 struct Block {
   uint64_t team_sync[kTeamSlots][kRounds];
   uint64_t collect_count;  // what this PE contributes to the running collect (bytes)
@@ -89,6 +93,9 @@ struct State {
   // member i has delivered here (kTeamSlots x npes words, allocated at
   // init after the block; a row is zeroed when its slot is taken).
   uint64_t* arrivals = nullptr;
+  // The world team's small reductions: 2 (alternate calls) x npes slots of
+  // kSmallReduceBytes, slot i for world PE i's source (allocated at init).
+  unsigned char* small_reduce = nullptr;
   uint32_t next_slot = 1;
   // Allocations of shmem_malloc and friends: user pointer -> (base, size).
   struct Allocation {

@@ -43,6 +43,7 @@ void InitTeams() {
   shared_team.world = shared_team.pes.size() == world_team.pes.size();
   shared_team.slot = 1;  // every PE's shared team: disjoint across hosts
   world_team.taken.assign(world_team.pes.size(), 0);
+  world_team.reductions = 0;
   shared_team.taken.assign(shared_team.pes.size(), 0);
   s.next_slot = 2;
   default_ctx.team = &world_team;
@@ -61,6 +62,10 @@ bool FromTeam(const char* api, shmem_team_t team, Group* g) {
   g->flag = &S().block->team_sync[team->slot][kRounds - 1];
   g->arrivals = S().arrivals + static_cast<size_t>(team->slot) * static_cast<size_t>(S().npes);
   g->taken = &team->taken;
+  if (team == &world_team) {
+    g->small_reduce = S().small_reduce;
+    g->reductions = &team->reductions;
+  }
   return true;
 }
 

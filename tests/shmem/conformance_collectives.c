@@ -312,7 +312,7 @@ void test_back_to_back_collectives(int calls) {
   long *src = (long *)pool_a, *dst[4];
   int k, pe, i, bad = 0;
 
-  section("back-to-back fcollect, alltoall and broadcast on the world team");
+  section("back-to-back fcollect, alltoall, broadcast and sum_reduce on the world team");
   for (i = 0; i < 4; i++) dst[i] = (long *)pool_b + (size_t)i * 2 * (size_t)npes;
   shmem_barrier_all();
   /* A PE one call ahead (it has every part of this one) delivers into the
@@ -352,6 +352,30 @@ void test_back_to_back_collectives(int calls) {
     } else {
       CHECK(shmem_long_fcollect(SHMEM_TEAM_WORLD, d, src, 1) == 0, "fcollect %d", k);
       bad = check_fcollect(d, k, "among broadcasts");
+    }
+  }
+  /* Small reductions (every source pushed to every PE) back to back, in
+   * place every other call, and between broadcasts whose root runs ahead. */
+  shmem_barrier_all();
+  for (k = 0; k < calls && !bad; k++) {
+    long *d = dst[k % 4];
+    const long want = (long)npes * k * 1000 + (long)npes * (npes - 1) / 2;
+    if (k % 3 == 2) {
+      src[0] = (long)k * 1000 + me;
+      CHECK(shmem_long_broadcast(SHMEM_TEAM_WORLD, d, src, 1, k % npes) == 0, "broadcast %d", k);
+      continue;
+    }
+    src[0] = src[1] = (long)k * 1000 + me;
+    if (k % 2 == 1) {
+      CHECK(shmem_long_sum_reduce(SHMEM_TEAM_WORLD, src, src, 2) == 0, "sum_reduce %d in place", k);
+      d = src;
+    } else {
+      CHECK(shmem_long_sum_reduce(SHMEM_TEAM_WORLD, d, src, 2) == 0, "sum_reduce %d", k);
+    }
+    if (d[0] != want || d[1] != want) {
+      CHECK(d[0] == want && d[1] == want, "sum_reduce %d of %d back to back: %ld and %ld, want %ld", k, calls, d[0],
+            d[1], want);
+      bad = 1;
     }
   }
   shmem_barrier_all();
