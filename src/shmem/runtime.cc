@@ -113,9 +113,18 @@ void Exit(int status) {
   ::_exit(status);
 }
 
+namespace {
+
+// "hixl shmem: PE p: api: what" on stderr, flushed.
+void Report(const char* api, const std::string& what) {
+  std::fprintf(stderr, "hixl shmem: PE %d: %s: %s\n", S().me, api, what.c_str());
+  std::fflush(nullptr);
+}
+
+}  // namespace
+
 void Fail(const char* api, const std::string& what) {
-  const State& s = S();
-  std::fprintf(stderr, "hixl shmem: PE %d: %s: %s\n", s.me, api, what.c_str());
+  Report(api, what);
   Exit(1);
 }
 
@@ -129,9 +138,7 @@ void Failed(const char* api, const Status& st) {
 }
 
 void FailAfterPeer(const char* api, const std::string& what) {
-  const State& s = S();
-  std::fprintf(stderr, "hixl shmem: PE %d: %s: %s\n", s.me, api, what.c_str());
-  std::fflush(nullptr);
+  Report(api, what);
   // hixlrun (or mpirun) sees the dead PE's status, then stops this one; a
   // PE that exited at once could be reaped first and its status taken for
   // the job's.  Alone, it exits after the pause.

@@ -442,20 +442,15 @@ Status WorldImpl::Fence() {
   return s;
 }
 
-Status WorldImpl::Fence(int rank) {
-  if (rank < 0 || rank >= size())
-    return Err(Errc::kInvalidArg, "fence: rank {} is outside the world of {}", rank, size());
-  PeerSession& p = peer(rank);
-  Status s = p.transport().Flush(rank);
-  Status d = p.TakeDeferred();
-  return s.ok() ? d : s;
-}
+Status WorldImpl::Fence(int rank) { return FenceOf(rank, /*whole_transport=*/false); }
 
-Status WorldImpl::FenceTransport(int rank) {
+Status WorldImpl::FenceTransport(int rank) { return FenceOf(rank, /*whole_transport=*/true); }
+
+Status WorldImpl::FenceOf(int rank, bool whole_transport) {
   if (rank < 0 || rank >= size())
     return Err(Errc::kInvalidArg, "fence: rank {} is outside the world of {}", rank, size());
   PeerSession& p = peer(rank);
-  Status s = p.transport().Flush();
+  Status s = whole_transport ? p.transport().Flush() : p.transport().Flush(rank);
   Status d = p.TakeDeferred();
   return s.ok() ? d : s;
 }

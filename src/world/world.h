@@ -121,6 +121,8 @@ class WorldImpl final : private Session::Delegate {
   Result<const PeerTable::Entry*> Lookup(const char* op, int peer, uint64_t addr, size_t size, PeerTable::Pin* pin);
   Status NotRegistered(const char* op, int peer, uint64_t addr, size_t size) const;
   PeerSession& peer(int r) const { return *peers_[static_cast<size_t>(r)]; }
+  // Fence(rank), or FenceTransport(rank) when whole_transport.
+  Status FenceOf(int rank, bool whole_transport);
 
   // Session::Delegate: control requests from rank `from`.
   Result<Session::Subscriber> SubscriberFor(int64_t from) override;

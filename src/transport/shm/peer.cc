@@ -2,7 +2,6 @@
 
 #include <sys/stat.h>
 
-#include <chrono>
 #include <cstring>
 
 #include "base/log.h"
@@ -36,8 +35,7 @@ Result<KeyFields> ParseKey(std::string_view blob, uint64_t len, int peer) {
 }
 
 Status Peer::CheckAlive() const {
-  const int64_t now =
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  const int64_t now = NowNs();
   if (now - alive_at_ns.load(std::memory_order_relaxed) < kAliveWindowNs) return Status::Ok();
   if (sharedmem::Exited(pidfd.get())) return Err(Errc::kPeerFailed, "rank {} (pid {}) has exited", rank, pid);
   alive_at_ns.store(now, std::memory_order_relaxed);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <climits>
 #include <cstdint>
 #include <map>
@@ -40,6 +41,11 @@ struct Peer {
   // pidfd again only kAliveWindowNs later.
   mutable std::atomic<int64_t> alive_at_ns{INT64_MIN / 2};
   static constexpr int64_t kAliveWindowNs = 20'000;
+  // The steady clock in nanoseconds, the clock of the liveness windows.
+  static int64_t NowNs() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
 
   // The request connection to the peer's progress thread (heap segments,
   // relay set-up), made on first need.

@@ -349,9 +349,7 @@ class ShmTransport final : public Transport {
   // lock, a scan of the peers and their pidfds.
   Status CheckMappedPeers() {
     if (!mapped_copies_.load(std::memory_order_relaxed)) return Status::Ok();
-    const int64_t now =
-        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-            .count();
+    const int64_t now = Peer::NowNs();
     if (now - mapped_checked_ns_.load(std::memory_order_relaxed) < Peer::kAliveWindowNs) return Status::Ok();
     if (!mapped_copies_.exchange(false)) return Status::Ok();
     mapped_checked_ns_.store(now, std::memory_order_relaxed);
