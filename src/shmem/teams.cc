@@ -90,6 +90,14 @@ Group FromActiveSet(const char* api, int start, int log_stride, int size, long* 
   g.sync = world ? nullptr : reinterpret_cast<uint64_t*>(pSync);
   // The barrier counts in the first log2(size) words, deliveries in the last.
   g.flag = reinterpret_cast<uint64_t*>(pSync) + (SHMEM_SYNC_SIZE - 1);
+  if (world) {
+    // Every PE: counted as the world team's calls (every PE makes the same
+    // calls in the same order, whichever form), which need no pSync.
+    g.arrivals = s.arrivals + static_cast<size_t>(world_team.slot) * static_cast<size_t>(s.npes);
+    g.taken = &world_team.taken;
+    g.small_reduce = s.small_reduce;
+    g.reductions = &world_team.reductions;
+  }
   return g;
 }
 
