@@ -308,6 +308,9 @@ static int check_fcollect(long *d, int k, const char *what) {
   return 0;
 }
 
+static long b2b_psync[2][SHMEM_REDUCE_SYNC_SIZE];
+static long b2b_pwrk[SHMEM_REDUCE_MIN_WRKDATA_SIZE];
+
 void test_back_to_back_collectives(int calls) {
   long *src = (long *)pool_a, *dst[4];
   int k, pe, i, bad = 0;
@@ -375,6 +378,20 @@ void test_back_to_back_collectives(int calls) {
     if (d[0] != want || d[1] != want) {
       CHECK(d[0] == want && d[1] == want, "sum_reduce %d of %d back to back: %ld and %ld, want %ld", k, calls, d[0],
             d[1], want);
+      bad = 1;
+    }
+  }
+  /* The legacy form on an active set of every PE, two pSync in turn (as
+   * OSU's reduce program calls it): counted as the world team's. */
+  for (i = 0; i < SHMEM_REDUCE_SYNC_SIZE; i++) b2b_psync[0][i] = b2b_psync[1][i] = SHMEM_SYNC_VALUE;
+  shmem_barrier_all();
+  for (k = 0; k < calls && !bad; k++) {
+    long *d = dst[k % 4];
+    const long want = (long)npes * k * 1000 + (long)npes * (npes - 1) / 2;
+    src[0] = (long)k * 1000 + me;
+    shmem_long_sum_to_all(d, src, 1, 0, 0, npes, b2b_pwrk, b2b_psync[k % 2]);
+    if (d[0] != want) {
+      CHECK(d[0] == want, "sum_to_all %d of %d back to back: %ld, want %ld", k, calls, d[0], want);
       bad = 1;
     }
   }
