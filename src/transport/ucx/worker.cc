@@ -208,7 +208,7 @@ void Worker::Run() {
     // whole 120 s timeout; ucxx's issue 15 reports the same of UCX before
     // 1.14), and a progress call every kIdlePollMs recovers it.
     pollfd fds[2] = {{efd_, POLLIN, 0}, {wake_.get(), POLLIN, 0}};
-    int r = ::poll(fds, 2, kIdlePollMs);
+    int r = ::poll(fds, 2, armed == UCS_OK ? kIdlePollMs : 10);
     if (r > 0 && (fds[1].revents & POLLIN)) {
       uint64_t count;
       ssize_t n = ::read(wake_.get(), &count, sizeof(count));

@@ -110,7 +110,7 @@ class Worker {
   static constexpr int kWaitMs = 10;
   // The progress thread progresses the worker at least this often (ms),
   // woken by its event fd or not (see Run).
-  static constexpr int kIdlePollMs = 10;
+  static constexpr int kIdlePollMs = 100;
 
   void Run();
 
