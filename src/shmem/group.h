@@ -18,8 +18,8 @@ struct Group {
   // alltoall).  A team: arrivals[i] counts member i's parts, and taken[i]
   // those this PE has waited for (a PE already in a later call counts
   // there, never in place of a slower one's part).  A legacy active set
-  // (arrivals null): one word, flag, counts every member's (the standard
-  // has a pSync reused only after a barrier).
+  // (arrivals null): one word of its pSync, flag, counts every member's
+  // (the standard has a pSync reused only after a barrier).
   uint64_t* arrivals = nullptr;
   std::vector<uint64_t>* taken = nullptr;
   uint64_t* flag = nullptr;

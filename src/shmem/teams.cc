@@ -51,6 +51,21 @@ void InitTeams() {
   default_ctx.pending_pes.clear();
 }
 
+namespace {
+
+// g counts its deliveries as team's calls, and takes small reductions as
+// the world team's when team is it.
+void CountAs(hixl_shmem_team* team, Group* g) {
+  g->arrivals = S().arrivals + static_cast<size_t>(team->slot) * static_cast<size_t>(S().npes);
+  g->taken = &team->taken;
+  if (team == &world_team) {
+    g->small_reduce = S().small_reduce;
+    g->reductions = &team->reductions;
+  }
+}
+
+}  // namespace
+
 bool FromTeam(const char* api, shmem_team_t team, Group* g) {
   (void)W(api);
   if (team == SHMEM_TEAM_INVALID) return false;
@@ -59,13 +74,7 @@ bool FromTeam(const char* api, shmem_team_t team, Group* g) {
   g->pes = team->pes;
   g->me = team->me;
   g->sync = team->world ? nullptr : S().block->team_sync[team->slot];
-  g->flag = &S().block->team_sync[team->slot][kRounds - 1];
-  g->arrivals = S().arrivals + static_cast<size_t>(team->slot) * static_cast<size_t>(S().npes);
-  g->taken = &team->taken;
-  if (team == &world_team) {
-    g->small_reduce = S().small_reduce;
-    g->reductions = &team->reductions;
-  }
+  CountAs(team, g);
   return true;
 }
 
@@ -90,14 +99,9 @@ Group FromActiveSet(const char* api, int start, int log_stride, int size, long* 
   g.sync = world ? nullptr : reinterpret_cast<uint64_t*>(pSync);
   // The barrier counts in the first log2(size) words, deliveries in the last.
   g.flag = reinterpret_cast<uint64_t*>(pSync) + (SHMEM_SYNC_SIZE - 1);
-  if (world) {
-    // Every PE: counted as the world team's calls (every PE makes the same
-    // calls in the same order, whichever form), which need no pSync.
-    g.arrivals = s.arrivals + static_cast<size_t>(world_team.slot) * static_cast<size_t>(s.npes);
-    g.taken = &world_team.taken;
-    g.small_reduce = s.small_reduce;
-    g.reductions = &world_team.reductions;
-  }
+  // Every PE: counted as the world team's calls (every PE makes the same
+  // calls in the same order, whichever form), which need no pSync.
+  if (world) CountAs(&world_team, &g);
   return g;
 }
 
