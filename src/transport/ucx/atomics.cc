@@ -34,6 +34,17 @@ void OnReplySent(void* request, ucs_status_t, void* user_data) {
 
 bool IsKnownOp(uint64_t op) { return op <= static_cast<uint64_t>(AtomicOp::kCompareSwap); }
 
+// Whether a message is exactly a header of `want` bytes with no payload;
+// if not, it is dropped (logged as `what`) and *status is the handler's
+// answer to UCX (a rendezvous payload is released unread).
+bool Wellformed(const char* what, size_t want, size_t header_length, size_t length, const ucp_am_recv_param_t* param,
+                ucs_status_t* status) {
+  if (header_length == want && length == 0) return true;
+  DropMessage(what, 0, header_length + length);
+  *status = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) ? UCS_ERR_INVALID_PARAM : UCS_OK;
+  return false;
+}
+
 }  // namespace
 
 // One remote atomic in flight.  UCX reads its request header until the
@@ -84,10 +95,8 @@ void Atomics::ClearHandlers() {
 ucs_status_t Atomics::OnRequest(void* arg, const void* header, size_t header_length, void*, size_t length,
                                 const ucp_am_recv_param_t* param) {
   auto* self = static_cast<Atomics*>(arg);
-  if (header_length != sizeof(AtomicHeader) || length != 0) {
-    DropMessage("a malformed atomic", 0, header_length + length);
-    return (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) ? UCS_ERR_INVALID_PARAM : UCS_OK;
-  }
+  ucs_status_t status = UCS_OK;
+  if (!Wellformed("a malformed atomic", sizeof(AtomicHeader), header_length, length, param, &status)) return status;
   if (!(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) || param->reply_ep == nullptr) {
     DropMessage("an atomic with no way to reply", 0, header_length);
     return UCS_OK;
@@ -120,9 +129,9 @@ ucs_status_t Atomics::OnRequest(void* arg, const void* header, size_t header_len
 ucs_status_t Atomics::OnReply(void* arg, const void* header, size_t header_length, void*, size_t length,
                               const ucp_am_recv_param_t* param) {
   auto* self = static_cast<Atomics*>(arg);
-  if (header_length != sizeof(AtomicReplyHeader) || length != 0) {
-    DropMessage("a malformed atomic reply", 0, header_length + length);
-    return (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) ? UCS_ERR_INVALID_PARAM : UCS_OK;
+  ucs_status_t status = UCS_OK;
+  if (!Wellformed("a malformed atomic reply", sizeof(AtomicReplyHeader), header_length, length, param, &status)) {
+    return status;
   }
   AtomicReplyHeader h;
   std::memcpy(&h, header, sizeof(h));
