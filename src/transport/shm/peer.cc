@@ -1,7 +1,9 @@
 #include "transport/shm/peer.h"
 
+#include <poll.h>
 #include <sys/stat.h>
 
+#include <cerrno>
 #include <cstring>
 
 #include "base/log.h"
@@ -39,6 +41,34 @@ Status Peer::CheckAlive() const {
   if (now - alive_at_ns.load(std::memory_order_relaxed) < kAliveWindowNs) return Status::Ok();
   if (sharedmem::Exited(pidfd.get())) return Err(Errc::kPeerFailed, "rank {} (pid {}) has exited", rank, pid);
   alive_at_ns.store(now, std::memory_order_relaxed);
+  return Status::Ok();
+}
+
+Status Peer::CheckAlive(const std::vector<std::shared_ptr<Peer>>& peers) {
+  if (peers.size() == 1) return peers[0]->CheckAlive();
+  const int64_t now = NowNs();
+  std::vector<pollfd> fds;
+  std::vector<const Peer*> asked;
+  for (const auto& p : peers) {
+    if (now - p->alive_at_ns.load(std::memory_order_relaxed) < kAliveWindowNs || !p->pidfd.valid()) continue;
+    fds.push_back({p->pidfd.get(), POLLIN, 0});
+    asked.push_back(p.get());
+  }
+  if (fds.empty()) return Status::Ok();
+  int n;
+  do {
+    n = ::poll(fds.data(), fds.size(), 0);
+  } while (n < 0 && errno == EINTR);
+  // A failed poll (ENOMEM) proves nothing: ask each, as CheckAlive does.
+  if (n < 0) {
+    for (const Peer* p : asked) HIXL_RETURN_IF_ERROR(p->CheckAlive());
+    return Status::Ok();
+  }
+  for (size_t i = 0; i < fds.size(); ++i) {
+    const Peer& p = *asked[i];
+    if (fds[i].revents != 0) return Err(Errc::kPeerFailed, "rank {} (pid {}) has exited", p.rank, p.pid);
+    p.alive_at_ns.store(now, std::memory_order_relaxed);
+  }
   return Status::Ok();
 }
 

@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "base/socket.h"
 #include "transport/shm/fd_channel.h"
@@ -72,6 +73,10 @@ struct Peer {
   // cost more than the small copy it follows): a death is seen within
   // 20 us, as if it had come that much later.
   Status CheckAlive() const;
+  // CheckAlive for many peers with one system call (a flush after copies to
+  // every peer of a large world would otherwise make one per peer): the
+  // first of `peers`, in order, found exited.
+  static Status CheckAlive(const std::vector<std::shared_ptr<Peer>>& peers);
   // Closes the request connection and lets go of the segment mappings (a key
   // that points into one keeps it mapped until the key goes).
   void CloseConnection();

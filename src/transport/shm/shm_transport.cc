@@ -362,8 +362,7 @@ class ShmTransport final : public Transport {
         }
       }
     }
-    for (auto& p : copied) HIXL_RETURN_IF_ERROR(p->CheckAlive());
-    return Status::Ok();
+    return Peer::CheckAlive(copied);
   }
 
   // The key of a promoted region: that of a heap region ([segment][offset]
