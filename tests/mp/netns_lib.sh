@@ -6,7 +6,8 @@
 #   source tests/mp/netns_lib.sh
 #   NETNS_TMP=$(mktemp -d)                  # removed on exit, with the namespaces
 #   netns_make TAG || netns_skip "$NETNS_WHY"   # sets NETNS[0..1], NETNS_DEV[0..1], NETNS_ADDR[0..1]
-#   netns_delay 50 || ...                  # optional: 50 us more each way (tc netem)
+#   netns_delay 50 || ...                  # optional: 50 us more each way (tc netem, or
+#                                           # NETNS_DELAY_LINK where the kernel has no netem)
 #   ip netns exec "${NETNS[0]}" ...
 #   NETNS_PIDS+=($!)                        # killed on exit
 #
@@ -52,18 +53,54 @@ netns_make() {
   done
 }
 
-# netns_delay US: US microseconds more on each direction of the veth (tc
-# netem on both ends), so a half round trip grows by US.  0 removes it.
+# netns_delay US: US microseconds more on each direction of the link, so a
+# half round trip grows by US: tc netem on both ends of the veth; where the
+# kernel has no netem and NETNS_DELAY_LINK names the delay_link program
+# (tests/mp/delay_link.cc), the veth is replaced by two TAP devices of the
+# same names and addresses joined by that program.  NETNS_DELAY_HOW says
+# which.  0 removes the delay (the TAP link, once made, stays, with none).
+NETNS_DELAY_HOW= NETNS_LINK_PID=
 netns_delay() {
   local us=$1 i err
+  [[ -n $NETNS_LINK_PID ]] && { netns_delay_link "$us"; return; }
   for i in 0 1; do
     ip -n "${NETNS[$i]}" qdisc del dev "${NETNS_DEV[$i]}" root 2>/dev/null
     [[ $us -eq 0 ]] && continue
     if ! err=$(ip netns exec "${NETNS[$i]}" tc qdisc add dev "${NETNS_DEV[$i]}" root netem delay "${us}us" 2>&1); then
+      if [[ $i -eq 0 && -n ${NETNS_DELAY_LINK:-} ]]; then
+        netns_delay_link "$us"
+        return
+      fi
       NETNS_WHY="tc netem is not available: $err"
       return 1
     fi
   done
+  NETNS_DELAY_HOW="veth pair, tc netem $us us each way"
+  [[ $us -eq 0 ]] && NETNS_DELAY_HOW="veth pair, no delay"
+}
+
+# netns_delay_link US: the veth replaced by NETNS_DELAY_LINK's two TAP
+# devices, US microseconds each way.
+netns_delay_link() {
+  local us=$1 i err line
+  [[ -n $NETNS_LINK_PID ]] && kill "$NETNS_LINK_PID" 2>/dev/null && wait "$NETNS_LINK_PID" 2>/dev/null
+  ip -n "${NETNS[0]}" link del "${NETNS_DEV[0]}" 2>/dev/null  # takes its peer with it
+  exec {NETNS_LINK_FD}< <(exec "$NETNS_DELAY_LINK" "${NETNS_DEV[0]}" "${NETNS_DEV[1]}" "$us" 2>"${NETNS_TMP:?}/delay_link.log")
+  NETNS_LINK_PID=$!
+  NETNS_PIDS+=("$NETNS_LINK_PID")
+  if ! read -r -t 10 -u "$NETNS_LINK_FD" line || [[ $line != ready ]]; then
+    NETNS_WHY="delay_link did not start: $(cat "$NETNS_TMP/delay_link.log" 2>/dev/null)"
+    return 1
+  fi
+  for i in 0 1; do
+    if ! err=$( (ip link set "${NETNS_DEV[$i]}" netns "${NETNS[$i]}" &&
+      ip -n "${NETNS[$i]}" addr add "${NETNS_ADDR[$i]}/24" dev "${NETNS_DEV[$i]}" &&
+      ip -n "${NETNS[$i]}" link set "${NETNS_DEV[$i]}" up) 2>&1); then
+      NETNS_WHY="cannot set up the delay link in ${NETNS[$i]}: $err"
+      return 1
+    fi
+  done
+  NETNS_DELAY_HOW="TAP devices joined by delay_link (no netem in this kernel), $us us each way"
 }
 
 # netns_rx_bytes I: bytes received so far on namespace I's end of the veth.
@@ -71,6 +108,8 @@ netns_rx_bytes() { ip netns exec "${NETNS[$1]}" cat "/sys/class/net/${NETNS_DEV[
 
 netns_remove() {
   local n
+  [[ -n $NETNS_LINK_PID ]] && kill "$NETNS_LINK_PID" 2>/dev/null
+  NETNS_LINK_PID=
   for n in "${NETNS[@]}"; do ip netns del "$n" 2>/dev/null; done  # takes the veth pair with it
   [[ ${#NETNS_DEV[@]} -gt 0 ]] && ip link del "${NETNS_DEV[0]}" 2>/dev/null
   NETNS=()
