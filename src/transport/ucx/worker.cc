@@ -179,7 +179,43 @@ bool Worker::PollOnce() {
 void Worker::DrainLocked() {
   while (ucp_worker_progress(worker) != 0) {
   }
-  if (waiters_ > 0 && completed.exchange(false, std::memory_order_relaxed)) progressed_.notify_all();
+  NotifyLocked();
+}
+
+void Worker::NotifyLocked() {
+  if (waiters_ == 0 || !completed.exchange(false, std::memory_order_relaxed)) return;
+  progressed_.notify_all();
+  const uint64_t one = 1;
+  for (int fd : sleeper_fds_) (void)!::write(fd, &one, sizeof(one));
+}
+
+namespace {
+
+// The calling thread's eventfd for SleepLocked (made on first need; -1 if
+// that failed), closed when the thread ends.
+int SleeperFd() {
+  thread_local net::Fd fd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  return fd.get();
+}
+
+}  // namespace
+
+void Worker::SleepLocked(std::unique_lock<std::mutex>& lock) {
+  const int mine = efd_ >= 0 ? SleeperFd() : -1;
+  if (mine < 0 || ucp_worker_arm(worker) != UCS_OK) {
+    progressed_.wait_for(lock, std::chrono::milliseconds(kWaitMs));
+    return;
+  }
+  sleeper_fds_.push_back(mine);
+  lock.unlock();
+  pollfd fds[2] = {{efd_, POLLIN, 0}, {mine, POLLIN, 0}};
+  (void)::poll(fds, 2, kWaitMs);
+  lock.lock();
+  std::erase(sleeper_fds_, mine);
+  // Out of the list, so no notice comes after this: clear one that came
+  // (non-blocking), so that the next sleep does not end at once.
+  uint64_t count;
+  (void)!::read(mine, &count, sizeof(count));
 }
 
 void Worker::Run() {
@@ -191,7 +227,7 @@ void Worker::Run() {
       const unsigned progressed = ucp_worker_progress(worker);
       if (acceptor) acceptor->Serve();  // what the listener's callbacks queued, here or in another thread's progress
       if (progressed != 0) {
-        if (waiters_ > 0 && completed.exchange(false, std::memory_order_relaxed)) progressed_.notify_all();
+        NotifyLocked();
         continue;
       }
       armed = ucp_worker_arm(worker);

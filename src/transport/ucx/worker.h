@@ -76,9 +76,9 @@ class Worker {
   // Progresses the worker until done() holds or the deadline passes (lock
   // holds mu); returns done().  While progress finds work, this thread does
   // it; once it finds none for a while (the peer is working), it sleeps
-  // until the progress thread completes something, rather than competing
-  // for the CPU with the processes it waits on.  The caller kicks the
-  // progress thread after releasing the lock.
+  // until the network has something or another thread completes a request
+  // (SleepLocked), rather than competing for the CPU with the processes it
+  // waits on.
   template <typename Done>
   bool ProgressUntil(std::unique_lock<std::mutex>& lock, net::Deadline deadline, Done done) {
     for (auto last_work = net::Clock::now();;) {
@@ -95,7 +95,7 @@ class Worker {
       // on the wait is a safety net only.
       ++waiters_;
       Kick();
-      progressed_.wait_for(lock, std::chrono::milliseconds(kWaitMs));
+      SleepLocked(lock);
       --waiters_;
     }
   }
@@ -113,6 +113,15 @@ class Worker {
   static constexpr int kIdlePollMs = 100;
 
   void Run();
+  // ProgressUntil's sleep (mu held, released while asleep): on the worker's
+  // event fd itself, armed, and on this thread's own eventfd, which
+  // NotifyLocked writes; so a reply from the network wakes the caller at
+  // once, in parallel with the progress thread, not through it (one
+  // wake-up, not two in a row).  Where the worker cannot be armed now, on
+  // progressed_, which the progress thread notifies.
+  void SleepLocked(std::unique_lock<std::mutex>& lock);
+  // Wakes the threads asleep in ProgressUntil if a request completed (mu held).
+  void NotifyLocked();
 
   int efd_ = -1;  // the worker's event fd, owned by the worker
   net::Fd wake_;  // wakes the progress thread
@@ -120,6 +129,7 @@ class Worker {
   std::thread thread_;
   std::condition_variable progressed_;  // with mu: the progress thread completed something
   int waiters_ = 0;                     // guarded by mu: threads asleep in ProgressUntil
+  std::vector<int> sleeper_fds_;        // guarded by mu: the eventfds of those asleep on the event fd
 };
 
 }  // namespace hixl::transport::ucx
