@@ -224,6 +224,27 @@ test_early_failure_stops_others() {
   expect_no_leftovers early
 }
 
+# Two ranks fail while hixlrun is not reading (here: stopped), rank 1
+# first, then rank 0: hixlrun must blame rank 1, whose SIGCHLD came first,
+# not rank 0 because it scans ranks in order.  Rank 1 stops hixlrun, then
+# exits 3; rank 0 waits until rank 1 is a zombie, leaves a helper that
+# continues hixlrun once rank 0 is a zombie too, and exits 5.
+test_first_failure_blamed_in_one_batch() {
+  run -n 2 sh -c 'state() { sed -E "s/^[0-9]+ \(.*\) (.).*/\1/" "/proc/$1/stat" 2>/dev/null; }
+    launcher=$PPID
+    if [ "$RANK" = 1 ]; then echo $$ > "$0/r1"; kill -STOP "$launcher"; exit 3; fi
+    while [ ! -s "$0/r1" ]; do sleep 0.01; done
+    r1=$(cat "$0/r1")
+    while [ "$(state "$r1")" != Z ]; do sleep 0.01; done
+    me=$$
+    (while [ "$(state "$me")" != Z ]; do sleep 0.01; done; kill -CONT "$launcher") &
+    exit 5' "$TMP" "$MARK-batch"
+  expect_rc 3
+  expect_err_has "rank 1 (pid "
+  expect_err_has ") exited with code 3; stopping the other ranks"
+  check "rank 0 was blamed" eval "! grep -q 'rank 0 (pid' '$TMP/err'"
+}
+
 test_kill_grace() {
   # The surviving rank ignores SIGTERM: it must be killed after the grace.
   run -n 2 --kill-grace 300 sh -c 'if [ "$RANK" = 0 ]; then sleep 0.2; exit 4; fi
@@ -358,7 +379,8 @@ test_usage() {
   expect_rc 2
 }
 
-for t in env secret store_socket env_options eight_ranks exit_code early_failure_stops_others kill_grace signal_death \
+for t in env secret store_socket env_options eight_ranks exit_code early_failure_stops_others \
+  first_failure_blamed_in_one_batch kill_grace signal_death \
   prefix_output prefix_no_interleaving args_passthrough missing_program timeout forward_signals \
   leftover_background usage; do
   run_test "$t"

@@ -47,7 +47,14 @@ class Launcher {
   bool spawn(Rank &rank, const std::vector<std::string> &env, const std::vector<std::string> &candidates);
   void main_loop();
   void handle_signalfd();
-  void check_children();
+  // Takes the ranks that have exited.  `first`: the pid that SIGCHLD named
+  // (0: none).  Children that exit while hixlrun is not reading (stopped,
+  // or busy) raise one SIGCHLD between them, the first one's: that rank is
+  // taken first, so that a failure is blamed on the rank that failed first
+  // rather than on the lowest-numbered rank that exited.
+  void check_children(pid_t first = 0);
+  // The exit of rank r, if it has exited (not reaped: WNOWAIT).
+  void check_child(Rank &r);
   void rank_exited(Rank &r, int status, bool signaled);
   void start_stopping(int sig);
   void signal_all(int sig);

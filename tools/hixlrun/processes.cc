@@ -353,32 +353,44 @@ void Launcher::rank_exited(Rank &r, int status, bool signaled) {
   start_stopping(SIGTERM);
 }
 
-void Launcher::check_children() {
-  for (Rank &r : ranks_) {
-    if (r.exited) continue;
-    siginfo_t info{};
-    // WNOWAIT: leave the rank a zombie, so that its pid stays reserved.
-    if (::waitid(P_PID, static_cast<id_t>(r.pid), &info, WEXITED | WNOHANG | WNOWAIT) != 0) {
-      if (errno == ECHILD) rank_exited(r, kExitInternal, false);  // cannot happen; do not hang
-      continue;
-    }
-    if (info.si_pid != r.pid) continue;
-    if (info.si_code == CLD_EXITED) {
-      rank_exited(r, info.si_status, false);
-    } else if (info.si_code == CLD_KILLED || info.si_code == CLD_DUMPED) {
-      rank_exited(r, info.si_status, true);
+void Launcher::check_child(Rank &r) {
+  if (r.exited) return;
+  siginfo_t info{};
+  // WNOWAIT: leave the rank a zombie, so that its pid stays reserved.
+  if (::waitid(P_PID, static_cast<id_t>(r.pid), &info, WEXITED | WNOHANG | WNOWAIT) != 0) {
+    if (errno == ECHILD) rank_exited(r, kExitInternal, false);  // cannot happen; do not hang
+    return;
+  }
+  if (info.si_pid != r.pid) return;
+  if (info.si_code == CLD_EXITED) {
+    rank_exited(r, info.si_status, false);
+  } else if (info.si_code == CLD_KILLED || info.si_code == CLD_DUMPED) {
+    rank_exited(r, info.si_status, true);
+  }
+}
+
+void Launcher::check_children(pid_t first) {
+  if (first > 0) {
+    for (Rank &r : ranks_) {
+      if (r.pid == first) check_child(r);
     }
   }
+  for (Rank &r : ranks_) check_child(r);
 }
 
 void Launcher::handle_signalfd() {
   bool child = false;
+  pid_t first = 0;
   while (true) {
     signalfd_siginfo si{};
     ssize_t n = ::read(sigfd_, &si, sizeof si);
     if (n != static_cast<ssize_t>(sizeof si)) break;
     int sig = static_cast<int>(si.ssi_signo);
     if (sig == SIGCHLD) {
+      // A standard signal is not queued twice: a SIGCHLD raised while one is
+      // pending is dropped, so this one names the first of the children
+      // that exited since the last read.
+      if (!child) first = static_cast<pid_t>(si.ssi_pid);
       child = true;
       continue;
     }
@@ -386,7 +398,7 @@ void Launcher::handle_signalfd() {
     if (forwarded_signal_ == 0) forwarded_signal_ = sig;
     start_stopping(sig);
   }
-  if (child) check_children();
+  if (child) check_children(first);
 }
 
 }  // namespace hixlrun
