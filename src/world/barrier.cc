@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <string_view>
 
 #include "transport/transport.h"
 
@@ -24,6 +25,15 @@ void Relax(bool yield) {
   } else {
     __builtin_ia32_pause();
   }
+}
+
+// A probe's error (it names the barrier) for another collective's wait.
+Status For(const char* api, Status s) {
+  constexpr std::string_view kBarrier = "hixl_barrier: ";
+  if (s.ok() || api == nullptr) return s;
+  std::string_view m = s.message();
+  if (m.substr(0, kBarrier.size()) == kBarrier) m.remove_prefix(kBarrier.size());
+  return Err(s.code(), "{}: {}", api, m);
 }
 
 }  // namespace
@@ -80,7 +90,12 @@ Status DisseminationBarrier::Run(const BeforeSignal& before_signal) {
   return Status::Ok();
 }
 
-Status DisseminationBarrier::Wait(size_t round, int from, uint64_t epoch, Clock::time_point deadline) {
+Status DisseminationBarrier::Await(const char* api, size_t line, int from, uint64_t epoch) {
+  std::lock_guard lock(mu_);  // the spin's adaptation is the barrier's
+  return Wait(line, from, epoch, Clock::now() + std::chrono::milliseconds(opt_.timeout_ms), api);
+}
+
+Status DisseminationBarrier::Wait(size_t round, int from, uint64_t epoch, Clock::time_point deadline, const char* api) {
   uint64_t* const raw = flags_ + FlagOffset(round) / sizeof(uint64_t);
   std::atomic_ref<uint64_t> word(*raw);
   if (word.load(std::memory_order_acquire) >= epoch) return Status::Ok();
@@ -128,6 +143,12 @@ Status DisseminationBarrier::Wait(size_t round, int from, uint64_t epoch, Clock:
       return Status::Ok();
     }
     auto now = Clock::now();
+    if (now >= deadline && api != nullptr) {
+      return Err(Errc::kTimeout,
+                 "{}: rank {} waited {} ms in vain for the signal of rank {} (its flag shows {}, not yet {}) "
+                 "(HIXL_TIMEOUT_MS={})",
+                 api, opt_.rank, Us(now - start) / 1000, from, v, epoch, opt_.timeout_ms);
+    }
     if (now >= deadline) {
       return Err(Errc::kTimeout,
                  "hixl_barrier: rank {} waited {} ms in vain for the signal of rank {} (round {}, barrier {}; its "
@@ -135,7 +156,7 @@ Status DisseminationBarrier::Wait(size_t round, int from, uint64_t epoch, Clock:
                  opt_.rank, Us(now - start) / 1000, from, round + 1, epoch, v, opt_.timeout_ms);
     }
     if (now >= next_probe) {
-      HIXL_RETURN_IF_ERROR(probe_());
+      HIXL_RETURN_IF_ERROR(For(api, probe_()));
       now = Clock::now();
       next_probe = now + opt_.probe_every;
     }

@@ -41,6 +41,11 @@ class DisseminationBarrier {
   static constexpr size_t kLine = 64;
   static constexpr size_t kMaxRounds = 64;
   static constexpr size_t kBlockBytes = kLine * kMaxRounds;  // 4 KiB
+  // A barrier of an int n takes at most 31 rounds: the lines from 32 on
+  // serve the world's broadcast, one per slot of its ring (Await).
+  static constexpr size_t kRingLine = 32;
+  static constexpr size_t kRingSlots = 16;
+  static_assert(kRingLine + kRingSlots <= kMaxRounds, "the ring's lines lie in the block");
   // The spin never falls below this (unless the ceiling does): a shorter
   // one lets both sides of a pair fall asleep for good (docs/perf.md).
   static constexpr int64_t kSpinFloorUs = 50;
@@ -85,6 +90,13 @@ class DisseminationBarrier {
   using BeforeSignal = std::function<Status(size_t round, int to)>;
   Status Run(const BeforeSignal& before_signal = nullptr);
 
+  // Another collective's flag in the same block (its sender stores into it
+  // as SignalMapped does, or through a transport's put with signal): waits
+  // until this rank's flag of `line` reaches `epoch`, set by `from`,
+  // spinning and sleeping as a barrier round does, bounded by the timeout
+  // and ended by a dead peer.  Errors start with `api`.
+  Status Await(const char* api, size_t line, int from, uint64_t epoch);
+
   static size_t Rounds(int n);
   static constexpr uint64_t FlagOffset(size_t round) { return round * kLine; }
   // The word of round's line that is non-zero while its waiter sleeps.
@@ -98,7 +110,8 @@ class DisseminationBarrier {
 
  private:
   using Clock = std::chrono::steady_clock;
-  Status Wait(size_t round, int from, uint64_t epoch, Clock::time_point deadline);
+  // api: nullptr for a barrier round (its messages name the round).
+  Status Wait(size_t round, int from, uint64_t epoch, Clock::time_point deadline, const char* api = nullptr);
   // After a wait of `waited` (that slept or not; that outlasted the pause
   // part of the spin or not): the next spin.
   void Adapt(Clock::duration waited, bool slept, bool past_pause);

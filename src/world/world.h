@@ -8,6 +8,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -108,9 +109,23 @@ class WorldImpl final : private Session::Delegate {
   // barrier's flags, used in turn, one per round.
   static constexpr size_t kScratchHalf = size_t{64} << 10;
   char* ScratchHalf(uint64_t round) const;
-  // Puts [slot, slot + slot_bytes) to the same address at every other rank
-  // (when `put`), then the barrier.  Errors start with `api`.
-  Status ScratchRound(const char* api, char* slot, size_t slot_bytes, bool put);
+  // The broadcast's ring (world_collectives.cc), after the scratch: a line
+  // whose first word counts the chunks this rank has taken, then
+  // DisseminationBarrier::kRingSlots slots of kRingSlotBytes, each flagged
+  // by its own line of the barrier's block.
+  static constexpr size_t kRingSlotBytes = size_t{16} << 10;
+  static constexpr size_t kRingBytes = DisseminationBarrier::kLine + DisseminationBarrier::kRingSlots * kRingSlotBytes;
+  char* Ring() const;
+  // Waits until `to` has taken chunk `seq` - kRingSlots (its slot is free
+  // again), asking it only when what it said last is not enough.
+  Status AwaitRingRoom(int to, uint64_t seq);
+  // Puts the n bytes of our `slot` into the same slot of rank `to` and sets
+  // its flag of ring line `line` to epoch, after the bytes; true when that
+  // was a copy into its mapped block (nothing left for a fence to do).
+  Result<bool> RingSend(int to, const char* slot, size_t n, size_t line, uint64_t epoch);
+  // The word at `addr` of rank `r`: a load where its memory is mapped here,
+  // else the transport's atomic fetch.
+  Result<uint64_t> FetchWord(const char* api, int r, uint64_t addr);
   // Allgather through rank 0's store: during init, and for data too large
   // for the scratch.
   Status StoreAllgather(const void* send, void* recv, size_t bytes_per_rank);
@@ -144,7 +159,8 @@ class WorldImpl final : private Session::Delegate {
   NotifyQueue<Notification> notifications_;
 
   // DisseminationBarrier::kBlockBytes at the heap's start, then the
-  // collectives' scratch (2 * kScratchHalf).
+  // collectives' scratch (2 * kScratchHalf), then the broadcast's ring
+  // (kRingBytes).
   void* barrier_block_ = nullptr;
   std::unique_ptr<DisseminationBarrier> barrier_;
   int host_ranks_ = 1;  // ranks on this host (same address towards rank 0's store), this one included
@@ -152,8 +168,14 @@ class WorldImpl final : private Session::Delegate {
   std::atomic<uint64_t> allgather_epoch_{0};  // of the store allgather
   std::mutex collective_mu_;                  // one data-plane collective at a time
   uint64_t collective_round_ = 0;             // data-plane rounds so far, under collective_mu_
+  uint64_t ring_seq_ = 0;                     // broadcast chunks so far, under collective_mu_
+  std::vector<uint64_t> ring_taken_;          // per rank: chunks it was last seen to have taken; the same
   bool finalized_ = false;
 };
+
+// How often a wait for a peer (its signal, notification or broadcast ring
+// slot) asks the store whether a peer has died.
+inline constexpr std::chrono::milliseconds kProbeEvery{50};
 
 // Signal words: validation and a test without waiting.
 Status CheckCmp(int cmp);

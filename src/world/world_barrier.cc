@@ -11,7 +11,7 @@
 namespace hixl::world {
 
 Status WorldImpl::AllocBarrierBlock() {
-  auto block = Alloc(DisseminationBarrier::kBlockBytes + 2 * kScratchHalf);
+  auto block = Alloc(DisseminationBarrier::kBlockBytes + 2 * kScratchHalf + kRingBytes);
   if (!block.ok()) {
     return Err(block.status().code(), "cannot allocate the barrier's flag block and the collectives' scratch: {}",
                block.status().message());

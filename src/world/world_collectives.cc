@@ -14,22 +14,43 @@
 //    has gathered so far), to positions [2^k, 2^k + c) of its partner
 //    r + 2^k, then signals; after log2 n rounds every rank holds every
 //    part, with 2 log2 n puts instead of n - 1.
-//  * broadcast: the root writes its slot and puts it into the same place at
-//    every other rank, then all run the barrier (which fences the puts
-//    first); then everyone reads its own half.
 // A rank writes half h again only in round k+2, after the barrier of round
 // k+1, which nobody passes before everyone has finished round k: the
 // barrier is what keeps the halves apart, no reset is needed.
+//
+// Broadcast has a ring of its own after the halves, and no barrier: its
+// data goes in chunks (a slot less its header), chunk s into slot s mod
+// kRingSlots at every rank, each slot flagged by its own line of the
+// barrier's block (lines kRingLine on).  The root puts the chunk into each
+// rank's slot, then sets that rank's flag of the slot to s + 1: a copy and
+// a store where the rank's block is mapped here (a futex wake only if the
+// rank sleeps, as a barrier round's signal), else one put with signal,
+// and a fence after the chunk (the transport may read our slot, the
+// source, after the put returns); a rank waits for its
+// flag (spinning, then sleeping, as a barrier round does), copies the
+// chunk out, and counts it taken in the ring's first word (the root counts
+// its own chunks too).  Before the
+// root writes chunk s into a rank's slot it must know that the rank has
+// taken chunk s - kRingSlots, which was in the same slot: what the rank
+// was last seen to have taken is kept, and asked again (a load where its
+// memory is mapped, else an atomic fetch) only when it is not enough.  So
+// a broadcast costs the root a put and a signal per rank and a rank one
+// wait, and back-to-back broadcasts run up to kRingSlots chunks ahead of
+// the slowest rank; chunks' flags only grow, so none is ever reset.
 //
 // The header names the round and the lengths the writer was called with, so
 // that ranks that called with different sizes (or a different sequence of
 // collectives) get an error naming the rank, never each other's bytes.
 //
 // Data that does not fit the scratch: allgather goes through rank 0's store
-// (as it does before the data-plane barrier starts, during init); broadcast
-// goes through the scratch in chunks, one round each.
+// (as it does before the data-plane barrier starts, during init).
+#include <sched.h>
+
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "bootstrap/store_protocol.h"
 #include "world/world.h"
@@ -65,20 +86,6 @@ bool HeaderIs(const char* slot, const Header& want, Header* got) {
 
 char* WorldImpl::ScratchHalf(uint64_t round) const {
   return static_cast<char*>(barrier_block_) + DisseminationBarrier::kBlockBytes + (round % 2) * kScratchHalf;
-}
-
-Status WorldImpl::ScratchRound(const char* api, char* slot, size_t slot_bytes, bool put) {
-  if (put) {
-    const auto addr = reinterpret_cast<uint64_t>(slot);
-    for (int r = 0; r < size(); ++r) {
-      if (r == rank()) continue;
-      Status s = Put(r, slot, addr, slot_bytes);
-      if (!s.ok()) return Err(s.code(), "{}: {}", api, s.message());
-    }
-  }
-  Status s = Barrier();
-  if (!s.ok()) return Err(s.code(), "{}: {}", api, s.message());
-  return Status::Ok();
 }
 
 Status WorldImpl::Allgather(const void* send, void* recv, size_t bytes_per_rank) {
@@ -127,6 +134,74 @@ Status WorldImpl::Allgather(const void* send, void* recv, size_t bytes_per_rank)
   return Status::Ok();
 }
 
+char* WorldImpl::Ring() const {
+  return static_cast<char*>(barrier_block_) + DisseminationBarrier::kBlockBytes + 2 * kScratchHalf;
+}
+
+Result<uint64_t> WorldImpl::FetchWord(const char* api, int r, uint64_t addr) {
+  PeerTable::Pin pin;
+  HIXL_ASSIGN_OR_RETURN(const PeerTable::Entry* e, Lookup(api, r, addr, sizeof(uint64_t), &pin));
+  if (void* p = e->key->Direct(addr)) return std::atomic_ref<uint64_t>(*static_cast<uint64_t*>(p)).load();
+  uint64_t v = 0;
+  HIXL_RETURN_IF_ERROR(peer(r).transport().Atomic(r, *e->key, transport::AtomicOp::kFetch, addr, 0, 0, &v));
+  return v;
+}
+
+Status WorldImpl::AwaitRingRoom(int to, uint64_t seq) {
+  uint64_t& seen = ring_taken_[static_cast<size_t>(to)];
+  if (seq < DisseminationBarrier::kRingSlots || seen + DisseminationBarrier::kRingSlots > seq) return Status::Ok();
+  // `to` is kRingSlots chunks behind: it is still copying out (a large
+  // broadcast), or late.  Ask again, yielding, then sleeping 50 us a time.
+  const auto start = std::chrono::steady_clock::now();
+  const auto deadline = start + std::chrono::milliseconds(cfg_.timeout_ms);
+  auto next_probe = start + kProbeEvery;
+  const auto taken_at = reinterpret_cast<uint64_t>(Ring());
+  for (int i = 0;; ++i) {
+    HIXL_ASSIGN_OR_RETURN(seen, FetchWord("hixl_broadcast", to, taken_at));
+    if (seen + DisseminationBarrier::kRingSlots > seq) return Status::Ok();
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) {
+      return Err(Errc::kTimeout,
+                 "hixl_broadcast: rank {} has taken {} chunks of broadcasts in {} ms, and chunk {} needs its slot "
+                 "(HIXL_TIMEOUT_MS={})",
+                 to, seen, cfg_.timeout_ms, seq, cfg_.timeout_ms);
+    }
+    if (now >= next_probe) {
+      HIXL_RETURN_IF_ERROR(DeadPeer("hixl_broadcast"));
+      next_probe = now + kProbeEvery;
+    }
+    if (i < 100) {
+      ::sched_yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+}
+
+Result<bool> WorldImpl::RingSend(int to, const char* slot, size_t n, size_t line, uint64_t epoch) {
+  const auto addr = reinterpret_cast<uint64_t>(slot);
+  const uint64_t flag = reinterpret_cast<uint64_t>(barrier_block_) + DisseminationBarrier::FlagOffset(line);
+  {
+    PeerTable::Pin pin;
+    HIXL_ASSIGN_OR_RETURN(const PeerTable::Entry* e, Lookup("hixl_broadcast", to, flag, sizeof(uint64_t), &pin));
+    void* mapped_flag = e->key->Direct(flag);
+    void* mapped_slot = mapped_flag ? e->key->Direct(addr) : nullptr;  // the same block, one region
+    if (mapped_slot) {
+      std::memcpy(mapped_slot, slot, n);
+      auto* block =
+          reinterpret_cast<uint64_t*>(static_cast<char*>(mapped_flag) - DisseminationBarrier::FlagOffset(line));
+      DisseminationBarrier::SignalMapped(block, line, epoch);  // a futex wake only if the rank sleeps
+      return true;
+    }
+  }
+  Status s = PutSignal(to, slot, addr, n, flag, epoch, HIXL_SIGNAL_SET);
+  if (!s.ok()) {
+    HIXL_RETURN_IF_ERROR(DeadPeer("hixl_broadcast"));  // a peer that died is the cause worth naming
+    return Err(s.code(), "hixl_broadcast: rank {} cannot send rank {} its chunk: {}", rank(), to, s.message());
+  }
+  return false;
+}
+
 Status WorldImpl::Broadcast(int root, void* buf, size_t bytes) {
   if (root < 0 || root >= size()) {
     return Err(Errc::kInvalidRank, "hixl_broadcast: root {} is outside the world [0, {})", root, size());
@@ -136,25 +211,51 @@ Status WorldImpl::Broadcast(int root, void* buf, size_t bytes) {
   if (size() == 1) return Status::Ok();
   if (!barrier_) return Err(Errc::kInternal, "hixl_broadcast: the world's barrier is not running");
   std::lock_guard<std::mutex> lock(collective_mu_);
+  if (ring_taken_.empty()) ring_taken_.assign(static_cast<size_t>(size()), 0);
   auto* data = static_cast<char*>(buf);
-  const size_t chunk = kScratchHalf - kHeader;
+  char* const ring = Ring();
+  std::atomic_ref<uint64_t> taken(*reinterpret_cast<uint64_t*>(ring));
+  const size_t chunk = kRingSlotBytes - kHeader;
   for (size_t done = 0; done < bytes;) {
     const size_t len = std::min(chunk, bytes - done);
-    const uint64_t round = collective_round_++;
-    char* slot = ScratchHalf(round);
-    const Header h{Tag(round, len), bytes};
-    if (rank() == root) WriteSlot(slot, h, data + done, len);
-    HIXL_RETURN_IF_ERROR(ScratchRound("hixl_broadcast", slot, kHeader + len, rank() == root));
-    if (rank() != root) {
+    const uint64_t seq = ring_seq_++;
+    const size_t slot_index = seq % DisseminationBarrier::kRingSlots;
+    char* slot = ring + DisseminationBarrier::kLine + slot_index * kRingSlotBytes;
+    const size_t line = DisseminationBarrier::kRingLine + slot_index;
+    const Header h{Tag(seq, len), bytes};
+    if (rank() == root) {
+      // The chunk goes from a copy in our own slot (the header in front of
+      // the bytes), put whole into each rank's slot, then the slot's flag.
+      // A rank whose slot still holds an untaken chunk kRingSlots back is
+      // waited for first.
+      WriteSlot(slot, h, data + done, len);
+      bool sent_by_transport = false;
+      for (int k = 1; k < size(); ++k) {
+        const int r = (root + k) % size();
+        HIXL_RETURN_IF_ERROR(AwaitRingRoom(r, seq));
+        HIXL_ASSIGN_OR_RETURN(const bool mapped, RingSend(r, slot, kHeader + len, line, seq + 1));
+        sent_by_transport = sent_by_transport || !mapped;
+      }
+      // A transport may read a put's source after the put returns: our slot
+      // is written again kRingSlots chunks on.
+      if (sent_by_transport) {
+        Status s = Fence();
+        if (!s.ok()) return Err(s.code(), "hixl_broadcast: {}", s.message());
+      }
+      taken.store(seq + 1, std::memory_order_release);  // counted as everyone's is (the next root asks)
+    } else {
+      HIXL_RETURN_IF_ERROR(barrier_->Await("hixl_broadcast", line, root, seq + 1));
       Header got;
-      if (!HeaderIs(slot, h, &got)) {
+      const bool same = HeaderIs(slot, h, &got);
+      if (same) std::memcpy(data + done, slot + kHeader, len);
+      taken.store(seq + 1, std::memory_order_release);  // the slot is free for the root of chunk seq + kRingSlots
+      if (!same) {
         return Err(Errc::kInvalidArg,
                    "hixl_broadcast: root {}'s data does not match this rank's call ({} bytes){}: every rank must "
                    "call the same collectives in the same order, with the same root and size",
                    root, bytes,
-                   (got.tag >> 24) == round + 1 ? fmt::format(" (the root broadcasts {} bytes)", got.total) : "");
+                   (got.tag >> 24) == seq + 1 ? fmt::format(" (the root broadcasts {} bytes)", got.total) : "");
       }
-      std::memcpy(data + done, slot + kHeader, len);
     }
     done += len;
   }

@@ -18,10 +18,6 @@ using core::ControlMsg;
 
 namespace {
 
-// How often a wait for a peer's signal or notification asks the store
-// whether a peer has died.
-constexpr std::chrono::milliseconds kProbeEvery{50};
-
 bool Compare(uint64_t v, int cmp, uint64_t value) {
   switch (cmp) {
     case HIXL_CMP_EQ: return v == value;

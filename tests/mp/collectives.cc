@@ -1,8 +1,9 @@
 // The collectives over whichever transport the environment selects, run by
 // every rank of a world (hixlrun -n N): barrier, allgather and broadcast, on
-// the data plane (the scratch after the barrier's flags, world_collectives.cc)
-// and through rank 0's store (allgather of data too large for the scratch),
-// with the errors of calls that do not match across ranks.
+// the data plane (the scratch after the barrier's flags and the broadcast's
+// ring, world_collectives.cc) and through rank 0's store (allgather of data
+// too large for the scratch), with the errors of calls that do not match
+// across ranks.
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -129,6 +130,47 @@ TEST(Collectives, BroadcastFromEveryRoot) {
   }
   // Size 0 is a no-op, at every rank.
   HIXL_ASSERT_OK(g_world->Broadcast(0, nullptr, 0));
+}
+
+// A root may run as far ahead as the broadcast's ring holds (16 chunks) of
+// a rank that has not called yet: rank 0 broadcasts 16 times, and only then
+// signals the others, which then make the 16 calls and find each one's
+// bytes.  Then many back to back, the root changing every call, sizes from
+// 1 byte to a few chunks (16 KiB less a header each), so that the ring
+// wraps and the roots wait for room.
+TEST(Collectives, BroadcastsWaitInTheRingForALateRank) {
+  const int n = Size(), me = Rank();
+  if (n < 2) GTEST_SKIP() << "needs two ranks";
+  auto flag = g_world->Alloc(sizeof(uint64_t));
+  HIXL_ASSERT_OK(flag.status());
+  auto* sig = static_cast<uint64_t*>(flag.value());
+  *sig = 0;
+  HIXL_ASSERT_OK(g_world->Barrier());
+  constexpr int kAhead = 16;
+  for (int i = 0; i < kAhead; ++i) {
+    if (me != 0 && i == 0) HIXL_ASSERT_OK(g_world->WaitUntil(sig, Cmp::kGe, 1));
+    const size_t bytes = 100 + static_cast<size_t>(i);
+    std::vector<uint8_t> buf(bytes, 0xEE);
+    if (me == 0) Fill(buf.data(), bytes, 7000u + static_cast<uint64_t>(i));
+    HIXL_ASSERT_OK(g_world->Broadcast(0, buf.data(), bytes));
+    ASSERT_EQ(FirstMismatch(buf.data(), bytes, 7000u + static_cast<uint64_t>(i)), -1) << "broadcast " << i;
+  }
+  if (me == 0) {
+    for (int r = 1; r < n; ++r) {
+      HIXL_ASSERT_OK(g_world->PutSignal(r, nullptr, 0, 0, reinterpret_cast<uint64_t>(sig), 1, SignalOp::kSet));
+    }
+  }
+  for (int i = 0; i < 300; ++i) {
+    const int root = i % n;
+    const size_t bytes = 1 + (static_cast<size_t>(i) * 7919u) % 50000u;
+    const uint64_t seed = 8000u + static_cast<uint64_t>(i);
+    std::vector<uint8_t> buf(bytes, 0xEE);
+    if (me == root) Fill(buf.data(), bytes, seed);
+    HIXL_ASSERT_OK(g_world->Broadcast(root, buf.data(), bytes));
+    ASSERT_EQ(FirstMismatch(buf.data(), bytes, seed), -1) << "broadcast " << i << " of " << bytes << " bytes";
+  }
+  HIXL_ASSERT_OK(g_world->Barrier());
+  HIXL_ASSERT_OK(g_world->Free(sig));
 }
 
 TEST(Collectives, BroadcastBadArgumentsAreRefusedEverywhere) {
