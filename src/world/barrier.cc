@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <string_view>
 
 #include "transport/transport.h"
 
@@ -25,15 +24,6 @@ void Relax(bool yield) {
   } else {
     __builtin_ia32_pause();
   }
-}
-
-// A probe's error (it names the barrier) for another collective's wait.
-Status For(const char* api, Status s) {
-  constexpr std::string_view kBarrier = "hixl_barrier: ";
-  if (s.ok() || api == nullptr) return s;
-  std::string_view m = s.message();
-  if (m.substr(0, kBarrier.size()) == kBarrier) m.remove_prefix(kBarrier.size());
-  return Err(s.code(), "{}: {}", api, m);
 }
 
 }  // namespace
@@ -81,7 +71,7 @@ Status DisseminationBarrier::Run(const BeforeSignal& before_signal) {
     Status s = signal_(to, k, epoch);
     if (!s.ok()) {
       // A peer that died is the cause worth naming, whichever it is.
-      HIXL_RETURN_IF_ERROR(probe_());
+      HIXL_RETURN_IF_ERROR(ProbeFor(nullptr));
       return Err(s.code(), "hixl_barrier: rank {} cannot signal rank {} (round {} of {}): {}", opt_.rank, to, k + 1,
                  rounds, s.message());
     }
@@ -156,7 +146,7 @@ Status DisseminationBarrier::Wait(size_t round, int from, uint64_t epoch, Clock:
                  opt_.rank, Us(now - start) / 1000, from, round + 1, epoch, v, opt_.timeout_ms);
     }
     if (now >= next_probe) {
-      HIXL_RETURN_IF_ERROR(For(api, probe_()));
+      HIXL_RETURN_IF_ERROR(ProbeFor(api));
       now = Clock::now();
       next_probe = now + opt_.probe_every;
     }

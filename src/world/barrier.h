@@ -72,8 +72,8 @@ class DisseminationBarrier {
   // Sets the flag word of `round` at `peer` to `epoch` (the word at
   // FlagOffset(round) of the peer's block), complete when it returns.
   using Signal = std::function<Status(int peer, size_t round, uint64_t epoch)>;
-  // Ok, or kPeerFailed naming a dead peer.
-  using Probe = std::function<Status()>;
+  // Ok, or kPeerFailed naming a dead peer; the error starts with `api`.
+  using Probe = std::function<Status(const char* api)>;
   // Whether `peer`'s Signal wakes a futex sleeper on our flag word.
   using Wakes = std::function<bool(int peer)>;
 
@@ -112,6 +112,8 @@ class DisseminationBarrier {
   using Clock = std::chrono::steady_clock;
   // api: nullptr for a barrier round (its messages name the round).
   Status Wait(size_t round, int from, uint64_t epoch, Clock::time_point deadline, const char* api = nullptr);
+  // The probe, its errors starting with api (the barrier's name when null).
+  Status ProbeFor(const char* api) const { return probe_(api != nullptr ? api : "hixl_barrier"); }
   // After a wait of `waited` (that slept or not; that outlasted the pause
   // part of the spin or not): the next spin.
   void Adapt(Clock::duration waited, bool slept, bool past_pause);

@@ -105,6 +105,9 @@ class WorldImpl final : private Session::Delegate {
   void StartBarrier();
   Status StoreBarrier();
   Status SignalBarrier(int to, size_t round, uint64_t epoch);
+  // Rank `to`'s whole barrier block (flags, scratch, ring), held by *pin;
+  // *mapped: where it is mapped here, else nullptr.
+  Result<const PeerTable::Entry*> PeerBlock(const char* api, int to, PeerTable::Pin* pin, char** mapped);
   // The collectives' scratch (world_collectives.cc): two halves after the
   // barrier's flags, used in turn, one per round.
   static constexpr size_t kScratchHalf = size_t{64} << 10;
@@ -116,6 +119,8 @@ class WorldImpl final : private Session::Delegate {
   static constexpr size_t kRingSlotBytes = size_t{16} << 10;
   static constexpr size_t kRingBytes = DisseminationBarrier::kLine + DisseminationBarrier::kRingSlots * kRingSlotBytes;
   char* Ring() const;
+  // The first symmetric block: the barrier's flags, the scratch, the ring.
+  static constexpr size_t kBarrierBlockBytes = DisseminationBarrier::kBlockBytes + 2 * kScratchHalf + kRingBytes;
   // Waits until `to` has taken chunk `seq` - kRingSlots (its slot is free
   // again), asking it only when what it said last is not enough.
   Status AwaitRingRoom(int to, uint64_t seq);

@@ -11,7 +11,7 @@
 namespace hixl::world {
 
 Status WorldImpl::AllocBarrierBlock() {
-  auto block = Alloc(DisseminationBarrier::kBlockBytes + 2 * kScratchHalf + kRingBytes);
+  auto block = Alloc(kBarrierBlockBytes);
   if (!block.ok()) {
     return Err(block.status().code(), "cannot allocate the barrier's flag block and the collectives' scratch: {}",
                block.status().message());
@@ -38,22 +38,29 @@ void WorldImpl::StartBarrier() {
   barrier_ = std::make_unique<DisseminationBarrier>(
       o, static_cast<uint64_t*>(barrier_block_),
       [this](int to, size_t round, uint64_t epoch) { return SignalBarrier(to, round, epoch); },
-      [this] { return DeadPeer("hixl_barrier"); },
+      [this](const char* api) { return DeadPeer(api); },
       [this](int from) { return peer(from).transport().caps().wakes_waiters; });
+}
+
+Result<const PeerTable::Entry*> WorldImpl::PeerBlock(const char* api, int to, PeerTable::Pin* pin, char** mapped) {
+  const auto block = reinterpret_cast<uint64_t>(barrier_block_);
+  HIXL_ASSIGN_OR_RETURN(const PeerTable::Entry* e, Lookup(api, to, block, kBarrierBlockBytes, pin));
+  *mapped = static_cast<char*>(e->key->Direct(block));
+  return e;
 }
 
 Status WorldImpl::SignalBarrier(int to, size_t round, uint64_t epoch) {
   const uint64_t addr = reinterpret_cast<uint64_t>(barrier_block_) + DisseminationBarrier::FlagOffset(round);
   PeerTable::Pin pin;
-  HIXL_ASSIGN_OR_RETURN(const PeerTable::Entry* e, Lookup("hixl_barrier", to, addr, sizeof(uint64_t), &pin));
+  char* mapped = nullptr;
+  HIXL_ASSIGN_OR_RETURN(const PeerTable::Entry* e, PeerBlock("hixl_barrier", to, &pin, &mapped));
   // Where the peer's block is mapped here (the shm transport's heap), the
   // store is ours, and so is the choice to skip the futex wake when no one
   // sleeps.  Every put to the peer before it is done: the fence before the
   // barrier completed them all, and the allgather's (before_signal) went
   // into the same mapping.
-  if (void* flag = e->key->Direct(addr)) {
-    auto* block = reinterpret_cast<uint64_t*>(static_cast<char*>(flag) - DisseminationBarrier::FlagOffset(round));
-    DisseminationBarrier::SignalMapped(block, round, epoch);
+  if (mapped) {
+    DisseminationBarrier::SignalMapped(reinterpret_cast<uint64_t*>(mapped), round, epoch);
     return Status::Ok();
   }
   uint64_t old = 0;

@@ -44,14 +44,12 @@
 //
 // Data that does not fit the scratch: allgather goes through rank 0's store
 // (as it does before the data-plane barrier starts, during init).
-#include <sched.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
-#include <thread>
 
+#include "base/reader_marks.h"
 #include "bootstrap/store_protocol.h"
 #include "world/world.h"
 
@@ -149,33 +147,32 @@ Result<uint64_t> WorldImpl::FetchWord(const char* api, int r, uint64_t addr) {
 
 Status WorldImpl::AwaitRingRoom(int to, uint64_t seq) {
   uint64_t& seen = ring_taken_[static_cast<size_t>(to)];
-  if (seq < DisseminationBarrier::kRingSlots || seen + DisseminationBarrier::kRingSlots > seq) return Status::Ok();
+  auto room = [&] { return seq < DisseminationBarrier::kRingSlots || seen + DisseminationBarrier::kRingSlots > seq; };
+  if (room()) return Status::Ok();
   // `to` is kRingSlots chunks behind: it is still copying out (a large
-  // broadcast), or late.  Ask again, yielding, then sleeping 50 us a time.
-  const auto start = std::chrono::steady_clock::now();
-  const auto deadline = start + std::chrono::milliseconds(cfg_.timeout_ms);
-  auto next_probe = start + kProbeEvery;
+  // broadcast), or late.  Asked again as a writer waits for readers.
   const auto taken_at = reinterpret_cast<uint64_t>(Ring());
-  for (int i = 0;; ++i) {
-    HIXL_ASSIGN_OR_RETURN(seen, FetchWord("hixl_broadcast", to, taken_at));
-    if (seen + DisseminationBarrier::kRingSlots > seq) return Status::Ok();
-    const auto now = std::chrono::steady_clock::now();
-    if (now >= deadline) {
-      return Err(Errc::kTimeout,
-                 "hixl_broadcast: rank {} has taken {} chunks of broadcasts in {} ms, and chunk {} needs its slot "
-                 "(HIXL_TIMEOUT_MS={})",
-                 to, seen, cfg_.timeout_ms, seq, cfg_.timeout_ms);
-    }
-    if (now >= next_probe) {
-      HIXL_RETURN_IF_ERROR(DeadPeer("hixl_broadcast"));
-      next_probe = now + kProbeEvery;
-    }
-    if (i < 100) {
-      ::sched_yield();
-    } else {
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
-    }
-  }
+  auto next_probe = std::chrono::steady_clock::now() + kProbeEvery;
+  Status failed;
+  const bool done = marks::WaitUntil(
+      [&] {
+        Result<uint64_t> v = FetchWord("hixl_broadcast", to, taken_at);
+        if (!v.ok()) failed = v.status();
+        if (v.ok()) seen = v.value();
+        if (!failed.ok() || room()) return true;
+        if (std::chrono::steady_clock::now() >= next_probe) {
+          failed = DeadPeer("hixl_broadcast");
+          next_probe = std::chrono::steady_clock::now() + kProbeEvery;
+        }
+        return !failed.ok();
+      },
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(cfg_.timeout_ms));
+  if (!failed.ok()) return failed;
+  if (done) return Status::Ok();
+  return Err(Errc::kTimeout,
+             "hixl_broadcast: rank {} has taken {} chunks of broadcasts in {} ms, and chunk {} needs its slot "
+             "(HIXL_TIMEOUT_MS={})",
+             to, seen, cfg_.timeout_ms, seq, cfg_.timeout_ms);
 }
 
 Result<bool> WorldImpl::RingSend(int to, const char* slot, size_t n, size_t line, uint64_t epoch) {
@@ -183,14 +180,12 @@ Result<bool> WorldImpl::RingSend(int to, const char* slot, size_t n, size_t line
   const uint64_t flag = reinterpret_cast<uint64_t>(barrier_block_) + DisseminationBarrier::FlagOffset(line);
   {
     PeerTable::Pin pin;
-    HIXL_ASSIGN_OR_RETURN(const PeerTable::Entry* e, Lookup("hixl_broadcast", to, flag, sizeof(uint64_t), &pin));
-    void* mapped_flag = e->key->Direct(flag);
-    void* mapped_slot = mapped_flag ? e->key->Direct(addr) : nullptr;  // the same block, one region
-    if (mapped_slot) {
-      std::memcpy(mapped_slot, slot, n);
-      auto* block =
-          reinterpret_cast<uint64_t*>(static_cast<char*>(mapped_flag) - DisseminationBarrier::FlagOffset(line));
-      DisseminationBarrier::SignalMapped(block, line, epoch);  // a futex wake only if the rank sleeps
+    char* mapped = nullptr;
+    HIXL_RETURN_IF_ERROR(PeerBlock("hixl_broadcast", to, &pin, &mapped).status());
+    if (mapped) {
+      std::memcpy(mapped + (slot - static_cast<char*>(barrier_block_)), slot, n);
+      DisseminationBarrier::SignalMapped(reinterpret_cast<uint64_t*>(mapped), line,
+                                         epoch);  // a futex wake only if it sleeps
       return true;
     }
   }

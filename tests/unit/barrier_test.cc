@@ -45,7 +45,7 @@ struct Ranks {
             ++signals;
             return Status::Ok();
           },
-          [] { return Status::Ok(); }, [wakes](int) { return wakes; }));
+          [](const char*) { return Status::Ok(); }, [wakes](int) { return wakes; }));
     }
   }
   std::vector<Block> blocks;
@@ -148,7 +148,7 @@ TEST(DisseminationBarrierTest, ADeadPeerEndsTheWaitNamingIt) {
   std::atomic<int> probes{0};
   DisseminationBarrier b(
       o, block.words, [](int, size_t, uint64_t) { return Status::Ok(); },
-      [&] { return ++probes < 3 ? Status::Ok() : Err(Errc::kPeerFailed, "hixl_barrier: rank 1 left"); },
+      [&](const char*) { return ++probes < 3 ? Status::Ok() : Err(Errc::kPeerFailed, "hixl_barrier: rank 1 left"); },
       [](int) { return true; });
   const auto start = Clock::now();
   Status s = b.Run();
@@ -166,7 +166,7 @@ TEST(DisseminationBarrierTest, ASilentPeerTimesOutNamingIt) {
   o.spin_ceiling_us = 100;
   o.timeout_ms = 50;
   DisseminationBarrier b(
-      o, block.words, [](int, size_t, uint64_t) { return Status::Ok(); }, [] { return Status::Ok(); },
+      o, block.words, [](int, size_t, uint64_t) { return Status::Ok(); }, [](const char*) { return Status::Ok(); },
       [](int) { return true; });
   Status s = b.Run();
   EXPECT_EQ(s.code(), Errc::kTimeout);
@@ -182,7 +182,7 @@ TEST(DisseminationBarrierTest, AFailedSignalNamesThePeer) {
   o.size = 4;
   DisseminationBarrier b(
       o, block.words, [](int to, size_t, uint64_t) { return Err(Errc::kTransport, "broken pipe to {}", to); },
-      [] { return Status::Ok(); }, [](int) { return true; });
+      [](const char*) { return Status::Ok(); }, [](int) { return true; });
   Status s = b.Run();
   EXPECT_EQ(s.code(), Errc::kTransport);
   EXPECT_NE(s.message().find("cannot signal rank 1"), std::string::npos) << s.message();
@@ -196,7 +196,8 @@ TEST(DisseminationBarrierTest, AFailedSignalToADeadPeerSaysItIsDead) {
   o.size = 2;
   DisseminationBarrier b(
       o, block.words, [](int, size_t, uint64_t) { return Err(Errc::kTransport, "connection reset"); },
-      [] { return Err(Errc::kPeerFailed, "hixl_barrier: rank 1 left without finalizing"); }, [](int) { return true; });
+      [](const char*) { return Err(Errc::kPeerFailed, "hixl_barrier: rank 1 left without finalizing"); },
+      [](int) { return true; });
   Status s = b.Run();
   EXPECT_EQ(s.code(), Errc::kPeerFailed);
   EXPECT_NE(s.message().find("rank 1"), std::string::npos) << s.message();
