@@ -111,10 +111,17 @@ int main(int argc, char** argv) {
     if (hixl_barrier() != 0) Fail("hixl_barrier");
     return Since(t);
   };
+  // The peer-state figures are read outside the timed all-to-all, with a
+  // barrier between: reading /proc/self/fd costs a rank with hundreds of
+  // descriptors milliseconds of CPU, which the ranks still in the all-to-all
+  // would otherwise lose to it on an oversubscribed host.
   const long rss0 = RssKib(), fds0 = OpenFds();
+  if (hixl_barrier() != 0) Fail("hixl_barrier");
   const double alltoall_s = alltoall();
+  if (hixl_barrier() != 0) Fail("hixl_barrier");
   const double peer_kib = n > 1 ? static_cast<double>(RssKib() - rss0) / (n - 1) : 0;
   const double peer_fds = n > 1 ? static_cast<double>(OpenFds() - fds0) / (n - 1) : 0;
+  if (hixl_barrier() != 0) Fail("hixl_barrier");
   for (int r = 0; r < n; ++r) {
     if (r != me && block[r] != 0x5ca1e00000000000ULL + static_cast<uint64_t>(r)) {
       std::fprintf(stderr, "scale_hixl: rank %d: slot %d holds %#llx\n", me, r,
