@@ -124,6 +124,14 @@ class Reader {
     s_.remove_prefix(n);
     return true;
   }
+  // The same, as a view into the bytes being read (nothing copied).
+  bool GetView(std::string_view* out, uint32_t max = UINT32_MAX) {
+    uint32_t n = 0;
+    if (!Get(&n) || n > max || s_.size() < n) return false;
+    *out = s_.substr(0, n);
+    s_.remove_prefix(n);
+    return true;
+  }
   bool empty() const { return s_.empty(); }
   size_t left() const { return s_.size(); }
 

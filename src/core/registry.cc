@@ -19,56 +19,76 @@ std::string RegionTable::Serialize() const {
   return std::move(w.str());
 }
 
-Result<RegionTable> RegionTable::Parse(std::string_view bytes) {
+Result<uint64_t> ScanRegionTable(std::string_view bytes, RegionTableVisitor& v) {
   net::Reader rd(bytes);
-  RegionTable t;
+  uint64_t generation = 0;
   uint32_t n = 0;
   auto bad = [](const std::string& what) {
     return Err(Errc::kTransport, "malformed region table from peer: {}", what);
   };
-  if (!rd.Get(&t.generation) || !rd.Get(&n)) return bad("cut inside its header");
+  if (!rd.Get(&generation) || !rd.Get(&n)) return bad("cut inside its header");
   if (n > kMaxTableRegions) return bad(fmt::format("{} regions (at most {})", n, kMaxTableRegions));
-  // Records are appended as they parse: the count comes from the peer and is
-  // not trusted to size an allocation.
+  uint64_t prev_base = 0, prev_len = 0;
   for (uint32_t j = 0; j < n; ++j) {
-    RegionRecord& r = t.regions.emplace_back();
+    uint64_t base = 0, len = 0;
     uint8_t kind = 0;
     uint32_t nkeys = 0;
-    if (!rd.Get(&r.base) || !rd.Get(&r.len) || !rd.Get(&kind) || !rd.Get(&nkeys)) {
+    if (!rd.Get(&base) || !rd.Get(&len) || !rd.Get(&kind) || !rd.Get(&nkeys)) {
       return bad(fmt::format("region {} is cut", j));
     }
-    if (r.len == 0 || r.len - 1 > UINT64_MAX - r.base) {
-      return bad(fmt::format("region {} [{:#x}, +{}) is empty or wraps the address space", j, r.base, r.len));
+    if (len == 0 || len - 1 > UINT64_MAX - base) {
+      return bad(fmt::format("region {} [{:#x}, +{}) is empty or wraps the address space", j, base, len));
     }
-    if (j > 0) {
-      // Sorted and apart: the previous region ends at or before this one.
-      const RegionRecord& p = t.regions[j - 1];
-      if (r.base <= p.base || r.base - p.base < p.len) {
-        return bad(fmt::format("region {} [{:#x}, +{}) is out of order with or overlaps region {} [{:#x}, +{})", j,
-                               r.base, r.len, j - 1, p.base, p.len));
-      }
+    // Sorted and apart: the previous region ends at or before this one.
+    if (j > 0 && (base <= prev_base || base - prev_base < prev_len)) {
+      return bad(fmt::format("region {} [{:#x}, +{}) is out of order with or overlaps region {} [{:#x}, +{})", j, base,
+                             len, j - 1, prev_base, prev_len));
     }
     if (kind > static_cast<uint8_t>(transport::MemKind::kDevice)) {
       return bad(fmt::format("region {} has memory kind {}", j, kind));
     }
-    r.kind = static_cast<transport::MemKind>(kind);
     if (nkeys > kMaxTableKeys) return bad(fmt::format("region {} has {} keys (at most {})", j, nkeys, kMaxTableKeys));
+    v.Region(base, len, static_cast<transport::MemKind>(kind));
+    std::string_view prev_name;
     for (uint32_t i = 0; i < nkeys; ++i) {
-      std::string name, blob;
-      if (!rd.GetBytes(&name, kMaxKeyName) || !rd.GetBytes(&blob, kMaxKeyBlob)) {
+      std::string_view name, blob;
+      if (!rd.GetView(&name, kMaxKeyName) || !rd.GetView(&blob, kMaxKeyBlob)) {
         return bad(
             fmt::format("key {} of region {} is cut or too long (names of at most {} bytes, blobs of at most {})", i, j,
                         kMaxKeyName, kMaxKeyBlob));
       }
       // In the order Serialize writes them (by name), so each name once.
-      if (!r.keys.empty() && name <= r.keys.rbegin()->first) {
+      if (i > 0 && name <= prev_name) {
         return bad(fmt::format("region {} repeats a key's name or lists its keys out of order", j));
       }
-      r.keys.emplace_hint(r.keys.end(), std::move(name), std::move(blob));
+      prev_name = name;
+      v.Key(name, blob);
     }
+    prev_base = base;
+    prev_len = len;
   }
   if (!rd.empty()) return bad(fmt::format("{} bytes after its last region", rd.left()));
-  return t;
+  return generation;
+}
+
+Result<RegionTable> RegionTable::Parse(std::string_view bytes) {
+  // Records are appended as they parse: the count comes from the peer and is
+  // not trusted to size an allocation.
+  struct Builder final : RegionTableVisitor {
+    RegionTable t;
+    void Region(uint64_t base, uint64_t len, transport::MemKind kind) override {
+      RegionRecord& r = t.regions.emplace_back();
+      r.base = base;
+      r.len = len;
+      r.kind = kind;
+    }
+    void Key(std::string_view name, std::string_view blob) override {
+      auto& keys = t.regions.back().keys;
+      keys.emplace_hint(keys.end(), std::string(name), std::string(blob));
+    }
+  } b;
+  HIXL_ASSIGN_OR_RETURN(b.t.generation, ScanRegionTable(bytes, b));
+  return std::move(b.t);
 }
 
 Status LocalRegistry::Add(const Region& r, bool* added) {
@@ -177,6 +197,28 @@ bool PeerTable::Install(uint64_t generation, std::vector<Entry> entries) {
   return true;
 }
 
+PeerTable::Added PeerTable::Add(uint64_t generation, Entry e) {
+  std::lock_guard lock(mu_);
+  if (closed_) return Added::kYes;  // as Install: nothing is installed any more
+  if (generation < known_generation_) return Added::kStale;
+  const Snapshot* cur = current_.load(std::memory_order_relaxed);
+  const auto& old = cur->entries;
+  auto at = std::upper_bound(old.begin(), old.end(), e.base, [](uint64_t a, const Entry& x) { return a < x.base; });
+  // (Differences, not ends: a region may end at the top of the address space.)
+  if (at != old.begin() && e.base - std::prev(at)->base < std::prev(at)->len) return Added::kOverlaps;
+  if (at != old.end() && at->base - e.base < e.len) return Added::kOverlaps;
+  known_generation_ = generation;
+  auto s = std::make_unique<Snapshot>();
+  s->generation = std::max(cur->generation, generation);
+  s->entries.reserve(old.size() + 1);
+  s->entries.insert(s->entries.end(), old.begin(), at);
+  s->entries.push_back(std::move(e));
+  s->entries.insert(s->entries.end(), at, old.end());
+  current_.store(s.get(), std::memory_order_release);
+  snapshots_.push_back(std::move(s));
+  return Added::kYes;
+}
+
 void PeerTable::Invalidate(uint64_t generation, uint64_t base, uint64_t len) {
   Retain(generation, [&](const Entry& e) { return !(e.base < base + len && base < e.base + e.len); });
 }
@@ -279,12 +321,12 @@ Status RefreshPeerTable(PeerTable& table, transport::Transport& t, int peer, con
       // Keep keys already unpacked for regions we know (the same range, the
       // same key).
       if (const PeerTable::Entry* old = table.Find(r.base, r.len);
-          old && old->base == r.base && old->len == r.len && old->blob == k->second) {
+          old && old->base == r.base && old->len == r.len && old->blob.view() == k->second) {
         entries.push_back(*old);
         continue;
       }
       HIXL_ASSIGN_OR_RETURN(auto key, t.UnpackKey(peer, r.base, r.len, k->second));
-      entries.push_back({r.base, r.len, std::move(key), k->second});
+      entries.push_back({r.base, r.len, std::move(key), PeerTable::Blob(k->second)});
     }
     if (table.Install(fetched.generation, std::move(entries))) return Status::Ok();
   }

@@ -52,6 +52,20 @@ struct RegionTable {
   static Result<RegionTable> Parse(std::string_view bytes);
 };
 
+// A serialized table visited where it lies, with Parse's checks (Parse is
+// built on it), so a reader that wants one region builds nothing else:
+// Region for each region in order, then Key for each of its keys, the views
+// pointing into the scanned bytes.  A visit may be followed by an error (a
+// later record is malformed): act on what was visited only once the scan
+// returned the generation.
+class RegionTableVisitor {
+ public:
+  virtual ~RegionTableVisitor() = default;
+  virtual void Region(uint64_t base, uint64_t len, transport::MemKind kind) = 0;
+  virtual void Key(std::string_view name, std::string_view blob) = 0;
+};
+Result<uint64_t> ScanRegionTable(std::string_view bytes, RegionTableVisitor& v);
+
 // This process's regions.  Thread-safe.
 class LocalRegistry {
  public:
@@ -129,11 +143,25 @@ class PeerTable {
     marks::Slot* slot_ = nullptr;
   };
 
+  // A key blob, shared by the snapshots that hold its entry: a snapshot
+  // copies its entries, and a blob (a few dozen bytes) would cost an
+  // allocation each time.
+  class Blob {
+   public:
+    Blob() = default;
+    Blob(std::string_view b)  // NOLINT(google-explicit-constructor): entries are written as {base, len, key, blob}
+        : p_(b.empty() ? nullptr : std::make_shared<const std::string>(b)) {}
+    Blob(const char* b) : Blob(std::string_view(b)) {}  // NOLINT(google-explicit-constructor)
+    std::string_view view() const { return p_ ? std::string_view(*p_) : std::string_view(); }
+
+   private:
+    std::shared_ptr<const std::string> p_;
+  };
   struct Entry {
     uint64_t base;
     uint64_t len;
     std::shared_ptr<transport::RemoteKey> key;
-    std::string blob;  // the key blob it was unpacked from (a region added again with another key is another region)
+    Blob blob;  // the key blob it was unpacked from (a region added again with another key is another region)
   };
   struct Snapshot {
     uint64_t generation = 0;
@@ -155,6 +183,14 @@ class PeerTable {
   // Installs a freshly fetched table unless an invalidation newer than it
   // arrived meanwhile (then returns false: fetch again).
   bool Install(uint64_t generation, std::vector<Entry> entries);
+  // Adds one entry that the owner's table held at `generation` and keeps
+  // the others (a miss learns the one region it needs: their removals reach
+  // us as invalidations, since we subscribed before reading).  kStale: an
+  // invalidation newer than `generation` arrived meanwhile (read again);
+  // kOverlaps: the entry overlaps one we hold, whose removal we have not
+  // taken yet (install the whole table instead).
+  enum class Added { kYes, kStale, kOverlaps };
+  Added Add(uint64_t generation, Entry e);
   // The owner removed the regions overlapping [base, base+len) at `generation`.
   void Invalidate(uint64_t generation, uint64_t base, uint64_t len);
   // The owner's table at `generation` keeps only the entries `keep` says it

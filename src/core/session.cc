@@ -74,7 +74,7 @@ Status PeerSession::AcknowledgeRemovals(int self_id, int64_t timeout_ms) {
       if (k != rr.keys.end()) held.emplace(rr.base, rr.len, k->second);
     }
     table_.Retain(std::max(now->generation, r.generation), [&](const PeerTable::Entry& e) {
-      return held.count({e.base, e.len, std::string_view(e.blob)}) != 0;
+      return held.count({e.base, e.len, e.blob.view()}) != 0;
     });
   } else {
     HIXL_LOG_DEBUG("dropping every region of {} from our copy ({})", who_, now.status().message());
@@ -105,9 +105,60 @@ void PeerSession::Warm() {
 Result<const PeerTable::Entry*> PeerSession::FindAfterRefresh(uint64_t addr, uint64_t len, int64_t timeout_ms,
                                                               PeerTable::Pin* pin) {
   pin->Release();
-  HIXL_RETURN_IF_ERROR(Refresh(timeout_ms));
+  bool learned = false;
+  if (board_ && !self_) {
+    HIXL_ASSIGN_OR_RETURN(learned, LearnFromBoard(addr, len));
+  }
+  if (!learned) HIXL_RETURN_IF_ERROR(Refresh(timeout_ms));
   table_.Hold(pin);
   return table_.Find(addr, len);
+}
+
+Result<bool> PeerSession::LearnFromBoard(uint64_t addr, uint64_t len) {
+  std::lock_guard lock(refresh_mu_);
+  // Subscribed before the read, as in FetchTable: a removal of the region
+  // after it reaches us as an invalidation.
+  board_->Subscribe(board_self_id_);
+  // The region holding the range wholly, and its key for our transport.
+  struct Finder final : RegionTableVisitor {
+    uint64_t addr = 0, len = 0;
+    std::string_view tname;
+    bool inside = false, found = false;
+    uint64_t base = 0, size = 0;
+    std::string blob;
+    void Region(uint64_t b, uint64_t l, transport::MemKind) override {
+      inside = RangeInside(addr, len, b, l);
+      if (inside) base = b, size = l;
+    }
+    void Key(std::string_view name, std::string_view b) override {
+      if (inside && name == tname) found = true, blob.assign(b);
+    }
+  } f;
+  f.addr = addr;
+  f.len = len;
+  f.tname = transport_->name();
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    uint64_t generation = 0;
+    Status s = board_->Visit([&](std::string_view bytes) -> Status {
+      f.inside = f.found = false;  // a torn read's findings are dropped
+      HIXL_ASSIGN_OR_RETURN(generation, ScanRegionTable(bytes, f));
+      return Status::Ok();
+    });
+    if (!s.ok()) {
+      // The whole table, which says what is wrong and asks over the control
+      // connection where the board cannot answer.
+      HIXL_LOG_DEBUG("learning a region of {} from its board: {}", who_, s.message());
+      return false;
+    }
+    if (!f.found) return true;  // no such region (reachable by our transport): the lookup misses
+    HIXL_ASSIGN_OR_RETURN(auto key, transport_->UnpackKey(id_, f.base, f.size, f.blob));
+    switch (table_.Add(generation, {f.base, f.size, std::move(key), PeerTable::Blob(f.blob)})) {
+      case PeerTable::Added::kYes: return true;
+      case PeerTable::Added::kStale: continue;  // a removal newer than our read was taken meanwhile
+      case PeerTable::Added::kOverlaps: return false;
+    }
+  }
+  return false;
 }
 
 Status PeerSession::Quiesce(int64_t timeout_ms) {

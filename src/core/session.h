@@ -121,6 +121,13 @@ class PeerSession {
   // Find's miss: refreshes the table (no pin held meanwhile), then looks again.
   Result<const PeerTable::Entry*> FindAfterRefresh(uint64_t addr, uint64_t len, int64_t timeout_ms,
                                                    PeerTable::Pin* pin);
+  // Find's miss where the peer's board lies on this host: the one region
+  // holding [addr, addr+len) is read where the board lies and added to our
+  // copy, the rest of the table neither copied nor built (a first touch
+  // costs one region's key: docs/scale.md, "First touch").  True when done
+  // (added, or the board has no such region: the lookup then misses); false
+  // when the whole table must be read instead (Refresh).
+  Result<bool> LearnFromBoard(uint64_t addr, uint64_t len);
   // The table: from the board where it answers, else over the control
   // connection.  refresh_mu_ is held.
   Result<RegionTable> FetchTable(int64_t timeout_ms);

@@ -223,10 +223,18 @@ void BoardReader::Subscribe(int id) {
 }
 
 Result<std::string> BoardReader::Read() const {
+  std::string out;
+  HIXL_RETURN_IF_ERROR(Visit([&out](std::string_view bytes) {
+    out.assign(bytes);
+    return Status::Ok();
+  }));
+  return out;
+}
+
+Status BoardReader::Visit(const std::function<Status(std::string_view)>& scan) const {
   const uint64_t* seq = Word(map_, kSeqAt);
   const uint64_t* len = Word(map_, kLenAt);
   const char* data = static_cast<const char*>(map_.get()) + TableAt(addr_.ids);
-  std::string out;
   for (int i = 0; i < kReadTries; ++i) {
     if (i > 0) ::sched_yield();
     const uint64_t s1 = __atomic_load_n(seq, __ATOMIC_SEQ_CST);
@@ -239,10 +247,9 @@ Result<std::string> BoardReader::Read() const {
       }
       continue;
     }
-    out.resize(n);
-    std::memcpy(out.data(), data, n);
+    Status s = scan(std::string_view(data, n));
     __atomic_thread_fence(__ATOMIC_ACQUIRE);
-    if (__atomic_load_n(seq, __ATOMIC_RELAXED) == s1) return out;
+    if (__atomic_load_n(seq, __ATOMIC_RELAXED) == s1) return s;
   }
   return Err(Errc::kTimeout, "the region table of {} changed at each of {} reads of its board", who_, kReadTries);
 }

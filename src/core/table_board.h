@@ -122,6 +122,11 @@ class BoardReader {
   // the control connection instead) when the table outgrew the board or it
   // changed at every try.
   Result<std::string> Read() const;
+  // The same without the copy: `scan` reads the table where it lies, and is
+  // called again while the owner changed it meanwhile (its results from a
+  // torn read must be dropped: it restarts from nothing on each call, and
+  // treats the bytes as untrusted, as always).  Read's errors, or scan's.
+  Status Visit(const std::function<Status(std::string_view)>& scan) const;
 
   // Rings the owner's doorbell as `id` (this process's id at the owner):
   // a removal of ours awaits its acknowledgement.  Thread-safe.

@@ -1,5 +1,7 @@
 // RegionTable::Parse on any bytes.  A table that parses re-serializes to the
 // same bytes, and its regions are sorted, non-empty, non-wrapping and apart.
+// ScanRegionTable (what a first touch reads a board with) agrees with it:
+// the same verdict, the same regions and keys visited.
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
@@ -10,7 +12,18 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view in(reinterpret_cast<const char*>(data), size);
   auto t = hixl::RegionTable::Parse(in);
+  struct Count final : hixl::RegionTableVisitor {
+    size_t regions = 0, keys = 0;
+    void Region(uint64_t, uint64_t, hixl::transport::MemKind) override { ++regions; }
+    void Key(std::string_view, std::string_view) override { ++keys; }
+  } count;
+  auto scanned = hixl::ScanRegionTable(in, count);
+  FUZZ_CHECK(scanned.ok() == t.ok());
   if (!t.ok()) return 0;
+  FUZZ_CHECK(scanned.value() == t->generation);
+  size_t keys = 0;
+  for (const auto& r : t->regions) keys += r.keys.size();
+  FUZZ_CHECK(count.regions == t->regions.size() && count.keys == keys);
   FUZZ_CHECK(t->Serialize() == in);
   FUZZ_CHECK(t->regions.size() <= hixl::kMaxTableRegions);
   for (size_t i = 0; i < t->regions.size(); ++i) {

@@ -5,6 +5,7 @@
 // meant to be run under the sanitizers (HIXL_SANITIZE=ON) as well.
 #include "core/registry.h"
 
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -403,6 +404,51 @@ TEST(RegionTableTest, HugeCountWithoutDataIsAnError) {
   EXPECT_FALSE(r.ok());
 }
 
+// A scan visits what Parse builds, in order, with views into the bytes.
+TEST(RegionTableTest, ScanVisitsEachRegionAndKeyInPlace) {
+  RegionTable t;
+  t.generation = 9;
+  RegionRecord a;
+  a.base = 0x1000;
+  a.len = 0x100;
+  a.keys = {{"shm", "sk"}, {"ucx", "uk"}};
+  RegionRecord b;
+  b.base = 0x2000;
+  b.len = 0x10;
+  b.kind = transport::MemKind::kDevice;
+  t.regions = {a, b};
+  const std::string bytes = t.Serialize();
+  struct Seen final : RegionTableVisitor {
+    std::vector<std::string> log;
+    std::string_view bytes;
+    void Region(uint64_t base, uint64_t len, transport::MemKind kind) override {
+      log.push_back(fmt::format("region {:#x} {:#x} {}", base, len, static_cast<int>(kind)));
+    }
+    void Key(std::string_view name, std::string_view blob) override {
+      // Views into the scanned bytes: nothing was copied.
+      EXPECT_GE(blob.data(), bytes.data());
+      EXPECT_LE(blob.data() + blob.size(), bytes.data() + bytes.size());
+      log.push_back(fmt::format("key {} {}", name, blob));
+    }
+  } seen;
+  seen.bytes = bytes;
+  auto g = ScanRegionTable(bytes, seen);
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  EXPECT_EQ(g.value(), 9u);
+  EXPECT_EQ(seen.log,
+            (std::vector<std::string>{"region 0x1000 0x100 0", "key shm sk", "key ucx uk", "region 0x2000 0x10 1"}));
+  // What a scan refuses, Parse refuses with the same words: every prefix.
+  for (size_t n = 0; n < bytes.size(); ++n) {
+    Seen cut;
+    cut.bytes = std::string_view(bytes).substr(0, n);
+    auto s = ScanRegionTable(cut.bytes, cut);
+    auto p = RegionTable::Parse(std::string_view(bytes).substr(0, n));
+    ASSERT_FALSE(s.ok()) << n;
+    ASSERT_FALSE(p.ok()) << n;
+    EXPECT_EQ(s.status().message(), p.status().message()) << n;
+  }
+}
+
 // -------------------------------------------------------------- PeerTable
 
 // A key that remembers which region it was made for.
@@ -548,6 +594,55 @@ TEST(PeerTableTest, FoundEntriesOutliveReplacement) {
   // The old snapshot is kept: the entry a reader holds stays valid.
   EXPECT_EQ(e->base, 0x1000u);
   EXPECT_EQ(KeyBase(e), 0x1000u);
+}
+
+TEST(PeerTableTest, AddLearnsOneRegionAndKeepsTheOthers) {
+  PeerTable t;
+  EXPECT_EQ(t.Add(3, MakeEntry(0x2000, 0x100)), PeerTable::Added::kYes);
+  EXPECT_EQ(t.generation(), 3u);
+  const PeerTable::Entry* first = t.Find(0x2000, 0x100);
+  ASSERT_NE(first, nullptr);
+  // Below, above and between: each lands in order, the others stay.
+  EXPECT_EQ(t.Add(4, MakeEntry(0x5000, 0x100)), PeerTable::Added::kYes);
+  EXPECT_EQ(t.Add(4, MakeEntry(0x1000, 0x100)), PeerTable::Added::kYes);
+  EXPECT_EQ(t.Add(5, MakeEntry(0x3000, 0x100)), PeerTable::Added::kYes);
+  for (uint64_t b : {0x1000u, 0x2000u, 0x3000u, 0x5000u}) {
+    const PeerTable::Entry* e = t.Find(b + 0x10, 0x10);
+    ASSERT_NE(e, nullptr) << std::hex << b;
+    EXPECT_EQ(KeyBase(e), b);
+  }
+  EXPECT_EQ(t.generation(), 5u);
+  // The entry found before is still valid (snapshots are kept).
+  EXPECT_EQ(KeyBase(first), 0x2000u);
+}
+
+TEST(PeerTableTest, AddOlderThanAnInvalidationOrOverlappingIsRefused) {
+  PeerTable t;
+  ASSERT_EQ(t.Add(2, MakeEntry(0x1000, 0x100)), PeerTable::Added::kYes);
+  t.Invalidate(6, 0x1000, 0x100);
+  // Read before the removal was taken: read again.
+  EXPECT_EQ(t.Add(5, MakeEntry(0x1000, 0x100)), PeerTable::Added::kStale);
+  EXPECT_EQ(t.Find(0x1000, 1), nullptr);
+  ASSERT_EQ(t.Add(6, MakeEntry(0x1000, 0x100)), PeerTable::Added::kYes);
+  // Overlapping an entry held (its removal not taken yet), from either side
+  // or inside: the whole table is needed, and nothing changes.
+  for (auto [base, len] :
+       {std::pair<uint64_t, uint64_t>{0x10f0, 0x100}, {0xf00, 0x101}, {0x1010, 0x10}, {0x800, 0x1000}}) {
+    EXPECT_EQ(t.Add(7, MakeEntry(base, len)), PeerTable::Added::kOverlaps) << std::hex << base;
+  }
+  EXPECT_EQ(t.generation(), 6u);
+  EXPECT_EQ(KeyBase(t.Find(0x1000, 0x100)), 0x1000u);
+  // Touching is not overlapping; nor is a region that ends at the top of
+  // the address space (its end is not computed).
+  EXPECT_EQ(t.Add(7, MakeEntry(0x1100, 0x100)), PeerTable::Added::kYes);
+  EXPECT_EQ(t.Add(7, MakeEntry(UINT64_MAX - 0xfff, 0x1000)), PeerTable::Added::kYes);
+  EXPECT_EQ(t.Add(7, MakeEntry(UINT64_MAX - 0x1fff, 0x1000)), PeerTable::Added::kYes);
+  EXPECT_EQ(t.Add(7, MakeEntry(UINT64_MAX - 0x17ff, 0x10)), PeerTable::Added::kOverlaps);
+  EXPECT_NE(t.Find(UINT64_MAX - 0xf, 0x10), nullptr);
+  // A closed table accepts and ignores.
+  t.Close();
+  EXPECT_EQ(t.Add(9, MakeEntry(0x9000, 0x10)), PeerTable::Added::kYes);
+  EXPECT_EQ(t.Find(0x9000, 1), nullptr);
 }
 
 // One writer replaces the table over and over while two readers look up

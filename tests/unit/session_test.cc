@@ -3,6 +3,7 @@
 // them through the front doors).
 #include "core/session.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -164,9 +165,11 @@ struct LoopDelegate : Session::Delegate {
   std::map<int64_t, Session::Subscriber> subscribers;
   std::shared_ptr<PeerSession> peer;
   std::vector<std::string> notes;
+  int subscriber_asks = 0;
 
   Result<Session::Subscriber> SubscriberFor(int64_t from) override {
     std::lock_guard lock(mu);
+    ++subscriber_asks;  // a peer fetched our table over the control connection (or is asked to drop)
     auto it = subscribers.find(from);
     if (it == subscribers.end()) return Err(Errc::kInvalidRank, "unknown peer {}", from);
     return it->second;
@@ -257,6 +260,100 @@ TEST(Session, RefreshesOnAMissAndEverySubscriberForgetsARemovedRegionBeforeRemov
     std::lock_guard lock(d.mu);
     d.peer.reset();  // keys go before the transports
   }
+}
+
+// Two doors of this process (ids 0 and 1), each with a board, each the
+// other's peer, as two ranks of a world on one host.
+struct BoardPair {
+  struct Door {
+    LoopDelegate d;
+    std::unique_ptr<Session> s;
+  };
+  void Start() {
+    a.s = ShmSession(0);
+    b.s = ShmSession(1);
+    ASSERT_TRUE(a.s && b.s);
+    for (Door* x : {&a, &b}) {
+      ASSERT_TRUE(x->s->Listen("127.0.0.1", 0, &x->d).ok());
+      ASSERT_TRUE(x->s->EnableBoard(2).ok());
+    }
+    ASSERT_NO_FATAL_FAILURE(Join(a, 0, b, 1));
+    ASSERT_NO_FATAL_FAILURE(Join(b, 1, a, 0));
+    a.s->ServeBoard();
+    b.s->ServeBoard();
+  }
+  // `from` (id `from_id`) gets a peer session of `to` (id `to_id`), reading
+  // its board.
+  static void Join(Door& from, int from_id, Door& to, int to_id) {
+    const PublishedAddresses addrs = to.s->Addresses();
+    Session::Choice c = from.s->Pick(addrs);
+    ASSERT_NE(c.transport, nullptr);
+    ASSERT_TRUE(c.transport->Connect(to_id, c.address, {}).ok());
+    auto control = std::make_shared<bootstrap::ControlClient>(from_id, to_id, "127.0.0.1", to.s->port(), "the other");
+    auto peer = std::make_shared<PeerSession>(to_id, fmt::format("door {}", to_id), c.transport, control);
+    bool board = false;
+    for (const PublishedAddress& p : addrs) {
+      if (p.kind != kBoardKind) continue;
+      auto reader = BoardReader::Open(p.address, peer->who());
+      ASSERT_TRUE(reader.ok()) << reader.status().message();
+      ASSERT_NE(reader.value(), nullptr);
+      peer->AttachBoard(std::move(reader.value()), from_id);
+      board = true;
+    }
+    ASSERT_TRUE(board) << "no board published";
+    std::lock_guard lock(from.d.mu);
+    from.d.subscribers[to_id] = {peer->who(), control};
+    from.d.peer = std::move(peer);
+  }
+  void Stop() {
+    for (Door* x : {&a, &b}) {
+      std::lock_guard lock(x->d.mu);
+      x->d.peer.reset();  // keys go before the transports
+    }
+  }
+  Door a, b;
+};
+
+// A miss learns the one region it needs from the owner's board (no control
+// request), keeps what it learned before, and a removal still reaches it
+// (it subscribed before reading) before RemoveRegion returns.
+TEST(Session, AMissLearnsOneRegionFromTheBoardAndItsRemovalStillReachesUs) {
+  BoardPair p;
+  ASSERT_NO_FATAL_FAILURE(p.Start());
+  std::vector<char> one(8192), two(4096);
+  const auto b1 = reinterpret_cast<uint64_t>(one.data()), b2 = reinterpret_cast<uint64_t>(two.data());
+  for (auto [base, len] : {std::pair<uint64_t, uint64_t>{b1, one.size()}, {b2, two.size()}}) {
+    LocalRegistry::Region r;
+    r.desc.base = base;
+    r.desc.len = len;
+    ASSERT_TRUE(p.b.s->AddRegion(r).ok());
+  }
+  PeerSession& b = *p.a.d.peer;  // door 0's view of door 1
+  PeerTable::Pin pin;
+  for (uint64_t base : {b1, b2}) {
+    auto e = b.Find(base + 64, 64, 10000, &pin);
+    ASSERT_TRUE(e.ok()) << e.status().message();
+    ASSERT_NE(e.value(), nullptr);
+    EXPECT_EQ(e.value()->base, base);
+  }
+  // Both held: learning the second kept the first.
+  EXPECT_NE(b.table().Find(b1, 64), nullptr);
+  EXPECT_NE(b.table().Find(b2, 64), nullptr);
+  // A range in no region stays a miss, without an error.
+  auto miss = b.Find(b1 + one.size() - 8, 64, 10000, &pin);
+  ASSERT_TRUE(miss.ok()) << miss.status().message();
+  EXPECT_EQ(miss.value(), nullptr);
+  pin.Release();
+  {
+    std::lock_guard lock(p.b.d.mu);
+    EXPECT_EQ(p.b.d.subscriber_asks, 0) << "the table was fetched over the control connection";
+  }
+  // The owner removes the first: our copy forgets it before RemoveRegion
+  // returns, and keeps the second.
+  ASSERT_TRUE(p.b.s->RemoveRegion(b1, false).ok());
+  EXPECT_EQ(b.table().Find(b1, 64), nullptr);
+  EXPECT_NE(b.table().Find(b2, 64), nullptr);
+  p.Stop();
 }
 
 // Issue 13: an invalidation whose fence waits (a transfer into the region
