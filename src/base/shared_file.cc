@@ -33,6 +33,31 @@ void Mapping::Reset() {
 }
 
 Result<Mapping> MapShared(int fd, size_t n) {
+  // A mapping of 2 MiB or more starts on a 2 MiB boundary: its first 2 MiB
+  // (a heap segment's barrier flags and first blocks) then lie under one
+  // page-table page, made once, where a start just below a boundary would
+  // need two (docs/scale.md, "First touch").  Placed inside a reservation
+  // of 2 MiB more, whose slack is returned.
+  constexpr size_t kAlign = size_t{2} << 20, kPage = 4096;
+  if (n >= kAlign) {
+    const size_t len = (n + kPage - 1) & ~(kPage - 1);
+    void* r = ::mmap(nullptr, len + kAlign, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (r != MAP_FAILED) {
+      const auto base = reinterpret_cast<uintptr_t>(r);
+      const uintptr_t start = (base + kAlign - 1) & ~uintptr_t{kAlign - 1};
+      void* p = ::mmap(reinterpret_cast<void*>(start), n, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0);
+      if (p == MAP_FAILED) {
+        const int e = errno;
+        ::munmap(r, len + kAlign);
+        return Err(Errc::kNoMemory, "mmap of {} shared bytes failed: {}", n, std::strerror(e));
+      }
+      if (start > base) ::munmap(r, start - base);
+      if (base + len + kAlign > start + len) {
+        ::munmap(reinterpret_cast<void*>(start + len), base + len + kAlign - (start + len));
+      }
+      return Mapping(p, n);
+    }
+  }
   void* p = ::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) return Err(Errc::kNoMemory, "mmap of {} shared bytes failed: {}", n, std::strerror(errno));
   return Mapping(p, n);

@@ -1,8 +1,10 @@
 #include "transport/shm/peer.h"
 
 #include <poll.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -133,7 +135,20 @@ Result<std::shared_ptr<Mapping>> Peer::MapSegment(uint32_t seg, uint64_t size, i
   HIXL_ASSIGN_OR_RETURN(
       Mapping map, MapPeerFile(fd.get(), size, fmt::format("heap segment {} of rank {} ({} bytes)", seg, rank, size)));
   auto mapping = std::make_shared<Mapping>(std::move(map));
-  if (cached) segments.emplace(seg, mapping);
+  if (cached) {
+    segments.emplace(seg, mapping);
+    // The page table for the segment's start (its first page, where the
+    // barrier's flags and the first blocks from hixl_alloc lie), made now
+    // rather than by the first put into it: a first put into each of many
+    // peers otherwise costs a page-table page each (docs/scale.md, "First
+    // touch").  One page is read (the owner's memory grows by at most that
+    // page, where it was a hole); a failure (an old kernel) leaves the fault
+    // to the first access.
+#ifdef MADV_POPULATE_READ
+    constexpr uint64_t kFirstPage = 4096;
+    (void)::madvise(mapping->get(), std::min<uint64_t>(size, kFirstPage), MADV_POPULATE_READ);
+#endif
+  }
   return mapping;
 }
 
