@@ -181,7 +181,10 @@ PeerTable::PeerTable() {
   current_.store(snapshots_.back().get(), std::memory_order_release);
 }
 
-uint64_t PeerTable::generation() const { return current_.load(std::memory_order_acquire)->generation; }
+uint64_t PeerTable::generation() const {
+  std::lock_guard lock(mu_);  // the snapshot is not pinned: read it where it cannot be freed
+  return current_.load(std::memory_order_relaxed)->generation;
+}
 
 bool PeerTable::Install(uint64_t generation, std::vector<Entry> entries) {
   std::lock_guard lock(mu_);
@@ -192,9 +195,23 @@ bool PeerTable::Install(uint64_t generation, std::vector<Entry> entries) {
   auto s = std::make_unique<Snapshot>();
   s->generation = generation;
   s->entries = std::move(entries);
-  current_.store(s.get(), std::memory_order_release);
-  snapshots_.push_back(std::move(s));
+  PublishLocked(std::move(s));
   return true;
+}
+
+void PeerTable::PublishLocked(std::unique_ptr<Snapshot> s) {
+  // Sequentially consistent: a pin counted after the check below (the
+  // counters' increments are too) reads this snapshot; for reader marks,
+  // AwaitMarks' membarrier orders it.
+  current_.store(s.get(), std::memory_order_seq_cst);
+  snapshots_.push_back(std::move(s));
+  if (snapshots_.size() < kReclaimAfter) return;
+  // Every pin taken before now released (a reader still holding one leaves
+  // the snapshots to a later try): no reader holds a replaced snapshot.
+  if (marks::Available() && !marks::AwaitMarks(this, std::chrono::steady_clock::now())) return;
+  if (readers_[0].load(std::memory_order_seq_cst) != 0 || readers_[1].load(std::memory_order_seq_cst) != 0) return;
+  const Snapshot* cur = snapshots_.back().get();
+  std::erase_if(snapshots_, [cur](const std::unique_ptr<Snapshot>& x) { return x.get() != cur; });
 }
 
 PeerTable::Added PeerTable::Add(uint64_t generation, Entry e) {
@@ -214,8 +231,7 @@ PeerTable::Added PeerTable::Add(uint64_t generation, Entry e) {
   s->entries.insert(s->entries.end(), old.begin(), at);
   s->entries.push_back(std::move(e));
   s->entries.insert(s->entries.end(), at, old.end());
-  current_.store(s.get(), std::memory_order_release);
-  snapshots_.push_back(std::move(s));
+  PublishLocked(std::move(s));
   return Added::kYes;
 }
 
@@ -232,8 +248,7 @@ void PeerTable::Retain(uint64_t generation, const std::function<bool(const Entry
   for (const Entry& e : cur->entries) {
     if (keep(e)) s->entries.push_back(e);
   }
-  current_.store(s.get(), std::memory_order_release);
-  snapshots_.push_back(std::move(s));
+  PublishLocked(std::move(s));
 }
 
 void PeerTable::Close() {
@@ -241,8 +256,7 @@ void PeerTable::Close() {
   closed_ = true;
   auto s = std::make_unique<Snapshot>();
   s->generation = current_.load(std::memory_order_relaxed)->generation;
-  current_.store(s.get(), std::memory_order_release);
-  snapshots_.push_back(std::move(s));
+  PublishLocked(std::move(s));
 }
 
 PeerTable::Pin PeerTable::Hold() const {
@@ -319,11 +333,15 @@ Status RefreshPeerTable(PeerTable& table, transport::Transport& t, int peer, con
       auto k = r.keys.find(tname);
       if (k == r.keys.end()) continue;  // not reachable with our transport
       // Keep keys already unpacked for regions we know (the same range, the
-      // same key).
-      if (const PeerTable::Entry* old = table.Find(r.base, r.len);
-          old && old->base == r.base && old->len == r.len && old->blob.view() == k->second) {
-        entries.push_back(*old);
-        continue;
+      // same key); the pin holds the entry while it is copied (a removal
+      // taken meanwhile may replace its snapshot), not while a key unpacks.
+      {
+        PeerTable::Pin pin = table.Hold();
+        if (const PeerTable::Entry* old = table.Find(r.base, r.len);
+            old && old->base == r.base && old->len == r.len && old->blob.view() == k->second) {
+          entries.push_back(*old);
+          continue;
+        }
       }
       HIXL_ASSIGN_OR_RETURN(auto key, t.UnpackKey(peer, r.base, r.len, k->second));
       entries.push_back({r.base, r.len, std::move(key), PeerTable::Blob(k->second)});

@@ -100,8 +100,10 @@ class LocalRegistry {
 
 // One peer's regions as this process knows them: an immutable snapshot read
 // without locks on the fast path, replaced under a mutex on refresh or
-// invalidation.  Replaced snapshots are kept until destruction, because a
-// reader may still hold one (see the known limitation in README.md).
+// invalidation.  An entry Find returns stays valid while the pin taken
+// before the Find is held: replaced snapshots are freed once no pin taken
+// before their replacement is held (tried each time kReclaimAfter of them
+// have piled up; a pin taken later reads the current snapshot).
 //
 // Pins make an invalidation a fence: an operation takes a Pin before it
 // looks an entry up and keeps it until the transport call that uses the
@@ -171,7 +173,9 @@ class PeerTable {
   PeerTable();
   // The entry holding [addr, addr+len) wholly, or nullptr.  Lock-free.
   const Entry* Find(uint64_t addr, uint64_t len) const {
-    const Snapshot* s = current_.load(std::memory_order_acquire);
+    // Sequentially consistent (a plain load on x86): ordered after a
+    // counted pin's increment, against PublishLocked's check of the counters.
+    const Snapshot* s = current_.load(std::memory_order_seq_cst);
     const auto& e = s->entries;
     // The last entry whose base is <= addr.
     auto it = std::upper_bound(e.begin(), e.end(), addr, [](uint64_t a, const Entry& x) { return a < x.base; });
@@ -218,10 +222,19 @@ class PeerTable {
   // timeout_ms passes first.  Call after Invalidate/Close: afterwards no
   // operation uses a removed entry.
   bool AwaitReaders(int64_t timeout_ms);
+  // Snapshots kept, the current one included (for tests).
+  size_t snapshots() const {
+    std::lock_guard lock(mu_);
+    return snapshots_.size();
+  }
+  static constexpr size_t kReclaimAfter = 32;
 
  private:
+  // Publishes `s` as the current snapshot and frees the replaced ones that
+  // no pin can hold any more.  mu_ held.
+  void PublishLocked(std::unique_ptr<Snapshot> s);
   std::atomic<const Snapshot*> current_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   uint64_t known_generation_ = 0;
   bool closed_ = false;
   std::vector<std::unique_ptr<Snapshot>> snapshots_;

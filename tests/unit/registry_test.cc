@@ -587,13 +587,40 @@ TEST(PeerTableTest, OldInvalidationDoesNotLowerTheGeneration) {
 TEST(PeerTableTest, FoundEntriesOutliveReplacement) {
   PeerTable t;
   ASSERT_TRUE(t.Install(1, {MakeEntry(0x1000, 0x100)}));
+  PeerTable::Pin pin = t.Hold();
   const PeerTable::Entry* e = t.Find(0x1000, 1);
   ASSERT_NE(e, nullptr);
   t.Invalidate(2, 0x1000, 0x100);
-  ASSERT_TRUE(t.Install(3, {MakeEntry(0x4000, 0x100)}));
-  // The old snapshot is kept: the entry a reader holds stays valid.
+  // Many more replacements than kReclaimAfter: the pinned snapshot stays.
+  for (uint64_t g = 3; g < 3 + 3 * PeerTable::kReclaimAfter; ++g) {
+    ASSERT_TRUE(t.Install(g, {MakeEntry(0x4000, 0x100)}));
+  }
+  EXPECT_GT(t.snapshots(), 3 * PeerTable::kReclaimAfter);
+  // The entry a reader holds stays valid (AddressSanitizer would say otherwise).
   EXPECT_EQ(e->base, 0x1000u);
   EXPECT_EQ(KeyBase(e), 0x1000u);
+  // Released: the next replacement frees every replaced snapshot.
+  pin.Release();
+  ASSERT_TRUE(t.Install(1000, {MakeEntry(0x5000, 0x100)}));
+  EXPECT_EQ(t.snapshots(), 1u);
+  EXPECT_NE(t.Find(0x5000, 1), nullptr);
+}
+
+// Before, every replaced snapshot was kept until the table went: a program
+// that registers and frees for a long time grew without bound.
+TEST(PeerTableTest, ReplacedSnapshotsDoNotPileUp) {
+  PeerTable t;
+  for (uint64_t g = 1; g <= 10000; ++g) {
+    PeerTable::Pin pin = t.Hold();  // a reader between the changes
+    (void)t.Find(0x1000, 1);
+    pin.Release();
+    if (g % 2 != 0) {
+      ASSERT_EQ(t.Add(g, MakeEntry(0x1000 + (g % 64) * 0x1000, 0x100)), PeerTable::Added::kYes);
+    } else {
+      t.Invalidate(g, 0, UINT64_MAX);
+    }
+    ASSERT_LE(t.snapshots(), PeerTable::kReclaimAfter);
+  }
 }
 
 TEST(PeerTableTest, AddLearnsOneRegionAndKeepsTheOthers) {
@@ -680,6 +707,7 @@ TEST(PeerTableTest, ConcurrentInstallInvalidateFind) {
       const uint64_t gen = t.generation();
       if (gen < last_gen) bad.fetch_add(1);
       last_gen = gen;
+      PeerTable::Pin pin = t.Hold();  // what Find returns is valid while it is held
       if (const PeerTable::Entry* e = t.Find(addr, len)) {
         hits.fetch_add(1, std::memory_order_relaxed);
         if (!RangeInside(addr, len, e->base, e->len) || KeyBase(e) != e->base ||
