@@ -220,10 +220,14 @@ Status WorldImpl::ConnectPeers() {
     return Err(records.status().code(), "waiting for every rank to join: {}", records.status().message());
   }
   host_ranks_ = 0;
+  host_index_ = 0;
   for (int r = 0; r < n; ++r) {
     std::optional<PeerRecord> rec = DecodePeerRecord(records.value()[static_cast<size_t>(r)]);
     if (!rec) return Err(Errc::kBootstrap, "malformed peer record for rank {}", r);
-    if (rec->host == mine.host) ++host_ranks_;
+    if (rec->host == mine.host) {
+      if (r < rank()) ++host_index_;
+      ++host_ranks_;
+    }
     Session::Choice c = session_->Pick(rec->addresses);
     if (!c.transport) {
       return Err(Errc::kUnsupported,

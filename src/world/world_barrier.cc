@@ -26,8 +26,10 @@ void WorldImpl::StartBarrier() {
   if (size() == 1) return;
   cpu_set_t cpus;
   CPU_ZERO(&cpus);
-  int ncpu = ::sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 0;
+  const bool have_mask = ::sched_getaffinity(0, sizeof cpus, &cpus) == 0;
+  int ncpu = have_mask ? CPU_COUNT(&cpus) : 0;
   if (ncpu <= 0) ncpu = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (have_mask && host_ranks_ > 1 && host_ranks_ <= ncpu) Spread(cpus);
   DisseminationBarrier::Options o;
   o.rank = rank();
   o.size = size();
@@ -40,6 +42,26 @@ void WorldImpl::StartBarrier() {
       [this](int to, size_t round, uint64_t epoch) { return SignalBarrier(to, round, epoch); },
       [this](const char* api) { return DeadPeer(api); },
       [this](int from) { return peer(from).transport().caps().wakes_waiters; });
+}
+
+void WorldImpl::Spread(const cpu_set_t& allowed) const {
+  // No more ranks here than CPUs we may use: this thread moves to a CPU of
+  // its own (the host_index_-th allowed one), then gets its whole mask back,
+  // so nothing stays bound.  Ranks that start on one CPU (a launcher's
+  // children start where it runs) and wait for each other in futexes stay
+  // there for the first milliseconds: the load balancer leaves a pair that
+  // looks cache-hot alone, and every barrier is then a switch between them
+  // (4 us against 0.2 us at 2 ranks; docs/scale.md).  A rank pinned to
+  // fewer CPUs than there are ranks (its own choice) is left alone above.
+  int k = host_index_;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (!CPU_ISSET(cpu, &allowed) || k-- > 0) continue;
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    if (::sched_setaffinity(0, sizeof one, &one) == 0) (void)::sched_setaffinity(0, sizeof allowed, &allowed);
+    return;
+  }
 }
 
 Result<const PeerTable::Entry*> WorldImpl::PeerBlock(const char* api, int to, PeerTable::Pin* pin, char** mapped) {

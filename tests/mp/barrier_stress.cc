@@ -14,7 +14,11 @@
 //                              HIXL_ERR_PEER_FAILED (rank 0's naming the dead rank)
 //                              within 5 s, long before HIXL_TIMEOUT_MS.
 //
+// Both modes also check that hixl_init left this process's CPU mask as it
+// found it (it may move the thread to a CPU of its own, never binds it).
+//
 // Exit status 0 when every check passed.
+#include <sched.h>
 #include <unistd.h>
 
 #include <hixl/hixl.h>
@@ -148,11 +152,20 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: barrier_stress stress|peer-dies\n");
     return 2;
   }
+  cpu_set_t before, after;
+  CPU_ZERO(&before);
+  CPU_ZERO(&after);
+  if (sched_getaffinity(0, sizeof before, &before) != 0) return Fail("sched_getaffinity before hixl_init");
   if (hixl_init() != HIXL_SUCCESS) {
     std::fprintf(stderr, "barrier_stress: hixl_init failed: %s\n", hixl_last_error());
     return 1;
   }
   g_rank = hixl_rank();
+  if (sched_getaffinity(0, sizeof after, &after) != 0) return Fail("sched_getaffinity after hixl_init");
+  if (!CPU_EQUAL(&before, &after)) {
+    return Fail("hixl_init changed the CPU mask: " + std::to_string(CPU_COUNT(&before)) + " CPUs before, " +
+                std::to_string(CPU_COUNT(&after)) + " after");
+  }
   if (mode == "stress") return Stress(g_rank, hixl_world_size());
   // The world cannot be finalized with a rank dead: it is abandoned, and the
   // process leaves without running destructors under the transports'
