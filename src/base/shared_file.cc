@@ -51,10 +51,9 @@ Result<Mapping> MapShared(int fd, size_t n) {
         ::munmap(r, len + kAlign);
         return Err(Errc::kNoMemory, "mmap of {} shared bytes failed: {}", n, std::strerror(e));
       }
+      // The reservation's slack: before the start, and after the end.
       if (start > base) ::munmap(r, start - base);
-      if (base + len + kAlign > start + len) {
-        ::munmap(reinterpret_cast<void*>(start + len), base + len + kAlign - (start + len));
-      }
+      if (const uintptr_t tail = base + kAlign - start; tail > 0) ::munmap(reinterpret_cast<void*>(start + len), tail);
       return Mapping(p, n);
     }
   }
