@@ -85,7 +85,7 @@ Status PeerSession::AcknowledgeRemovals(int self_id, int64_t timeout_ms) {
   return Status::Ok();
 }
 
-void PeerSession::Warm() {
+void PeerSession::Warm(std::span<const Span> hot) {
   std::lock_guard lock(refresh_mu_);
   if (!board_) return;
   Result<RegionTable> t = ReadBoard();
@@ -98,7 +98,11 @@ void PeerSession::Warm() {
     auto k = r.keys.find(tname);
     if (k == r.keys.end()) continue;
     auto key = transport_->UnpackKey(id_, r.base, r.len, k->second);
-    if (!key.ok()) HIXL_LOG_DEBUG("not preparing {} ahead: {}", who_, key.status().message());
+    if (!key.ok()) {
+      HIXL_LOG_DEBUG("not preparing {} ahead: {}", who_, key.status().message());
+      continue;
+    }
+    for (const Span& s : hot) key.value()->Prefault(s.addr, s.len);
   }
 }
 

@@ -26,6 +26,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -102,9 +103,16 @@ class PeerSession {
   // reads the table from the board and unpacks each region's key, so that
   // what the transport sets up per peer (a heap segment's mapping) is there
   // when the peer is first used; the keys are dropped (the peer is not told,
-  // and a later refresh reads the board again).  Failures are only logged:
-  // the first touch then does the work.  No-op without a board.
-  void Warm();
+  // and a later refresh reads the board again).  The peer's bytes in `hot`
+  // (where the first accesses will go, in or after its regions) get their
+  // page tables too, where a key maps them (RemoteKey::Prefault).  Failures
+  // are only logged: the first touch then does the work.  No-op without a
+  // board.
+  struct Span {
+    uint64_t addr = 0;
+    uint64_t len = 0;
+  };
+  void Warm(std::span<const Span> hot = {});
 
   // Makes an invalidation (or Close) of the table a fence, on the thread
   // that serves it (a control worker, or the thread that closes): waits until the operations that were using removed

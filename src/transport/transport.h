@@ -84,6 +84,15 @@ class RemoteKey {
     (void)addr;
     return nullptr;
   }
+  // A hint: makes this process's page tables for the peer's bytes
+  // [addr, addr+len) where the transport maps them (in the mapping that
+  // holds this key's region, beyond the region too), so that the first
+  // load or store there takes no page fault.  What is not mapped is
+  // skipped; nothing fails.
+  virtual void Prefault(uint64_t addr, uint64_t len) const {
+    (void)addr;
+    (void)len;
+  }
 };
 
 // What a transport may ask of the core.

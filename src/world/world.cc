@@ -252,10 +252,17 @@ Status WorldImpl::ConnectPeers() {
   }
   // Every rank's flag block is registered before anyone signals into it.
   HIXL_RETURN_IF_ERROR(StoreBarrier());
-  // The peers of this host, ready for their first touch (their heap
-  // segments mapped), with no message: docs/scale.md, "First touch".
+  // The peers of this host, ready for their first touch with no message
+  // (docs/scale.md, "First touch"): their heap segments mapped, and the page
+  // tables made for their barrier flags and for the first blocks that
+  // hixl_alloc will hand out, right after the barrier's block (the heap is
+  // symmetric: where ours will be, theirs will).  A first put into each of
+  // many peers otherwise takes a page fault each.
+  const auto block = reinterpret_cast<uint64_t>(barrier_block_);
+  const PeerSession::Span hot[] = {{block, DisseminationBarrier::kBlockBytes},
+                                   {block + kBarrierBlockBytes, kWarmBlockBytes}};
   for (int r = 0; r < n; ++r) {
-    if (r != rank()) peer(r).Warm();
+    if (r != rank()) peer(r).Warm(hot);
   }
   // Every peer is known from here: removals of theirs can be answered.
   session_->ServeBoard();

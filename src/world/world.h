@@ -126,6 +126,10 @@ class WorldImpl final : private Session::Delegate {
   char* Ring() const;
   // The first symmetric block: the barrier's flags, the scratch, the ring.
   static constexpr size_t kBarrierBlockBytes = DisseminationBarrier::kBlockBytes + 2 * kScratchHalf + kRingBytes;
+  // How much of the heap after the barrier's block (the first blocks from
+  // hixl_alloc) has its page tables made for every peer of this host at
+  // init: 16 pages, about 10 us per peer (docs/scale.md, "First touch").
+  static constexpr size_t kWarmBlockBytes = size_t{64} << 10;
   // Waits until `to` has taken chunk `seq` - kRingSlots (its slot is free
   // again), asking it only when what it said last is not enough.
   Status AwaitRingRoom(int to, uint64_t seq);

@@ -3,10 +3,16 @@
 // tables from their boards and opens their heap segments through /proc, so
 // touching every peer opens no connection and no descriptor; with it off
 // the same works over the sockets.  Either way a free reaches every peer
-// that touched the block: afterwards their puts into it are refused.
+// that touched the block: afterwards their puts into it are refused.  The
+// first put into each peer's first block takes no page fault: init made the
+// page tables for it.
 #include <dirent.h>
+#include <fcntl.h>
+#include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -29,6 +35,52 @@ size_t OpenFds() {
   return n;
 }
 
+// Whether the page at p has a page-table entry in this process (present),
+// from /proc/self/pagemap (bit 63 of the page's 8-byte entry).
+bool PagePresent(const void* p) {
+  const int fd = ::open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  uint64_t entry = 0;
+  const auto page = reinterpret_cast<uint64_t>(p) / static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  const ssize_t got = ::pread(fd, &entry, sizeof entry, static_cast<off_t>(page * sizeof entry));
+  ::close(fd);
+  return got == static_cast<ssize_t>(sizeof entry) && (entry >> 63) != 0;
+}
+
+// How many heaps of peers mapped here (the "hixl-heap" memfd mappings but
+// our own, the one holding `mine`) have a page-table entry for the page at
+// the offset of `mine` in our heap (the heap is symmetric: theirs is there).
+int PeerHeapsWithThePagePresent(const void* mine) {
+  std::FILE* f = std::fopen("/proc/self/maps", "re");
+  if (!f) return -1;
+  struct Heap {
+    uint64_t lo, hi;
+  };
+  std::vector<Heap> heaps;
+  char line[512];
+  while (std::fgets(line, sizeof line, f)) {
+    unsigned long long lo = 0, hi = 0, off = 0;
+    if (std::strstr(line, "memfd:hixl-heap") && std::sscanf(line, "%llx-%llx %*s %llx", &lo, &hi, &off) == 3 &&
+        off == 0) {
+      heaps.push_back({lo, hi});
+    }
+  }
+  std::fclose(f);
+  const auto at = reinterpret_cast<uint64_t>(mine);
+  uint64_t offset = UINT64_MAX;
+  for (const Heap& h : heaps) {
+    if (at >= h.lo && at < h.hi) offset = at - h.lo;
+  }
+  if (offset == UINT64_MAX) return -1;
+  int present = 0;
+  for (const Heap& h : heaps) {
+    if ((at < h.lo || at >= h.hi) && h.lo + offset < h.hi && PagePresent(reinterpret_cast<void*>(h.lo + offset))) {
+      ++present;
+    }
+  }
+  return present;
+}
+
 TEST(FirstTouch, EveryPeerIsReachedAndOnlyTheSocketsPathOpensDescriptors) {
   const int n = Size(), me = Rank();
   auto block = g_world->Alloc(sizeof(uint64_t) * static_cast<size_t>(n));
@@ -39,6 +91,13 @@ TEST(FirstTouch, EveryPeerIsReachedAndOnlyTheSocketsPathOpensDescriptors) {
   // Peers the barrier has touched already are not counted: from here on,
   // only the puts' first touches.
   const size_t before = OpenFds();
+  // The first block from hixl_alloc: init made this process's page tables
+  // for it in every peer's heap mapped here (read from their boards), so
+  // its first puts take no fault.  Over the sockets the first touch maps
+  // the heap.
+  if (ProcFd()) {
+    EXPECT_EQ(PeerHeapsWithThePagePresent(slots + me), n - 1);
+  }
   const uint64_t mine = 0xf1257000u + static_cast<uint64_t>(me);
   for (int k = 1; k < n; ++k) {
     const int peer = (me + k) % n;

@@ -135,21 +135,32 @@ Result<std::shared_ptr<Mapping>> Peer::MapSegment(uint32_t seg, uint64_t size, i
   HIXL_ASSIGN_OR_RETURN(
       Mapping map, MapPeerFile(fd.get(), size, fmt::format("heap segment {} of rank {} ({} bytes)", seg, rank, size)));
   auto mapping = std::make_shared<Mapping>(std::move(map));
-  if (cached) {
-    segments.emplace(seg, mapping);
-    // The page table for the segment's start (its first page, where the
-    // barrier's flags and the first blocks from hixl_alloc lie), made now
-    // rather than by the first put into it: a first put into each of many
-    // peers otherwise costs a page-table page each (docs/scale.md, "First
-    // touch").  One page is read (the owner's memory grows by at most that
-    // page, where it was a hole); a failure (an old kernel) leaves the fault
-    // to the first access.
-#ifdef MADV_POPULATE_READ
-    constexpr uint64_t kFirstPage = 4096;
-    (void)::madvise(mapping->get(), std::min<uint64_t>(size, kFirstPage), MADV_POPULATE_READ);
-#endif
-  }
+  if (cached) segments.emplace(seg, mapping);
   return mapping;
+}
+
+void ShmKey::Prefault(uint64_t addr, uint64_t len) const {
+  if (!segment || !mapped || len == 0) return;
+  constexpr uint64_t kPage = 4096;
+  // The segment's first byte, here and in the peer's address space.
+  const auto here = reinterpret_cast<uint64_t>(segment->get());
+  const uint64_t there = base - (reinterpret_cast<uint64_t>(mapped) - here);
+  const uint64_t end = len > UINT64_MAX - addr ? UINT64_MAX : addr + len;
+  const uint64_t lo = std::max(addr, there);
+  const uint64_t hi = std::min(end, there + segment->size());
+  if (lo >= hi) return;
+  const uint64_t from = here + ((lo - there) & ~(kPage - 1));
+  const uint64_t to = here + (hi - there);
+  // Read, which is enough for memory shared with the owner: the entry is
+  // made writable (no dirty tracking on it).  The owner's memory grows by
+  // the pages that were holes.  A failure (a kernel without
+  // MADV_POPULATE_READ) leaves the faults to the first accesses.
+#ifdef MADV_POPULATE_READ
+  (void)::madvise(reinterpret_cast<void*>(from), to - from, MADV_POPULATE_READ);
+#else
+  (void)from;
+  (void)to;
+#endif
 }
 
 void Peer::CloseConnection() {

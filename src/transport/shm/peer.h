@@ -111,6 +111,9 @@ struct ShmKey final : RemoteKey {
   std::shared_ptr<Peer> peer;        // so the hot path takes no lock
 
   void* Direct(uint64_t addr) const override { return mapped ? mapped + (addr - base) : nullptr; }
+  // Within the heap segment that holds the region (a promoted range's
+  // mapping is the region alone).
+  void Prefault(uint64_t addr, uint64_t len) const override;
 };
 
 }  // namespace hixl::transport::shm
