@@ -104,6 +104,7 @@ Status DisseminationBarrier::Wait(size_t round, int from, uint64_t epoch, Clock:
     for (unsigned i = 1;; ++i) {
       if (word.load(std::memory_order_acquire) >= epoch) {
         Adapt(Clock::now() - start, false, yield && pause_us_ > 0);
+        if (yield && opt_.waited_long) opt_.waited_long();
         return Status::Ok();
       }
       Relax(yield);
@@ -130,6 +131,7 @@ Status DisseminationBarrier::Wait(size_t round, int from, uint64_t epoch, Clock:
     const uint64_t v = word.load(std::memory_order_seq_cst);
     if (v >= epoch) {
       Adapt(Clock::now() - start, true, pause_us_ > 0);
+      if (opt_.waited_long) opt_.waited_long();
       return Status::Ok();
     }
     auto now = Clock::now();

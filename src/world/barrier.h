@@ -68,6 +68,9 @@ class DisseminationBarrier {
     // Called now and then while the wait spins (may be empty): serves the
     // transports' incoming messages on the waiting thread (Transport::Poll).
     std::function<void()> poll;
+    // Called after a wait that outlasted the `pause` part of its spin or
+    // slept (may be empty): the world moves the thread back to its own CPU.
+    std::function<void()> waited_long;
   };
   // Sets the flag word of `round` at `peer` to `epoch` (the word at
   // FlagOffset(round) of the peer's block), complete when it returns.

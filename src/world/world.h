@@ -105,9 +105,11 @@ class WorldImpl final : private Session::Delegate {
   // finalize; one signal of the data-plane barrier.
   Status AllocBarrierBlock();
   void StartBarrier();
-  // Moves this thread to a CPU of its own among `allowed` (by host_index_)
-  // and gives it back the whole mask: see world_barrier.cc.
-  void Spread(const cpu_set_t& allowed) const;
+  // Picks this rank's CPU among `allowed` (home_cpu_, by host_index_) and
+  // moves this thread there, giving it back its whole mask (ReturnHome):
+  // see world_barrier.cc.
+  void Spread(const cpu_set_t& allowed);
+  void ReturnHome() const;
   Status StoreBarrier();
   Status SignalBarrier(int to, size_t round, uint64_t epoch);
   // Rank `to`'s whole barrier block (flags, scratch, ring), held by *pin;
@@ -179,6 +181,7 @@ class WorldImpl final : private Session::Delegate {
   std::unique_ptr<DisseminationBarrier> barrier_;
   int host_ranks_ = 1;  // ranks on this host (same address towards rank 0's store), this one included
   int host_index_ = 0;  // ranks of this host with a lower rank
+  int home_cpu_ = -1;   // this rank's CPU when the host has no more ranks than CPUs (Spread), else -1
   std::atomic<uint64_t> barrier_epoch_{0};    // of the store barrier
   std::atomic<uint64_t> allgather_epoch_{0};  // of the store allgather
   std::mutex collective_mu_;                  // one data-plane collective at a time

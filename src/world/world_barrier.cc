@@ -31,6 +31,9 @@ void WorldImpl::StartBarrier() {
   if (ncpu <= 0) ncpu = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   if (have_mask && host_ranks_ > 1 && host_ranks_ <= ncpu) Spread(cpus);
   DisseminationBarrier::Options o;
+  // A wait that outlasted its `pause` spin or slept: where the peer's
+  // wake-up (or ours) put this thread on another rank's CPU, back home.
+  if (home_cpu_ >= 0) o.waited_long = [this] { ReturnHome(); };
   o.rank = rank();
   o.size = size();
   o.spin_ceiling_us = cfg_.barrier_spin_us;
@@ -44,7 +47,7 @@ void WorldImpl::StartBarrier() {
       [this](int from) { return peer(from).transport().caps().wakes_waiters; });
 }
 
-void WorldImpl::Spread(const cpu_set_t& allowed) const {
+void WorldImpl::Spread(const cpu_set_t& allowed) {
   // No more ranks here than CPUs we may use: this thread moves to a CPU of
   // its own (the host_index_-th allowed one), then gets its whole mask back,
   // so nothing stays bound.  Ranks that start on one CPU (a launcher's
@@ -53,15 +56,33 @@ void WorldImpl::Spread(const cpu_set_t& allowed) const {
   // looks cache-hot alone, and every barrier is then a switch between them
   // (4 us against 0.2 us at 2 ranks; docs/scale.md).  A rank pinned to
   // fewer CPUs than there are ranks (its own choice) is left alone above.
+  //
+  // The rank stays apart only while nothing moves it: a futex wake puts
+  // the woken rank on its waker's CPU where the kernel thinks the woken
+  // one's is busy (on a virtual machine an idle virtual CPU looks busy), so
+  // the first barrier after init could bring the pair together again.
+  // Each barrier wait that outlasts its `pause` spin or sleeps therefore
+  // comes back here (ReturnHome).
   int k = host_index_;
   for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
     if (!CPU_ISSET(cpu, &allowed) || k-- > 0) continue;
-    cpu_set_t one;
-    CPU_ZERO(&one);
-    CPU_SET(cpu, &one);
-    if (::sched_setaffinity(0, sizeof one, &one) == 0) (void)::sched_setaffinity(0, sizeof allowed, &allowed);
+    home_cpu_ = cpu;
+    ReturnHome();
     return;
   }
+}
+
+void WorldImpl::ReturnHome() const {
+  if (home_cpu_ < 0 || ::sched_getcpu() == home_cpu_) return;
+  // The mask as it is now (the program may have changed it since init),
+  // given back after the move; a home outside it is left alone.
+  cpu_set_t now;
+  CPU_ZERO(&now);
+  if (::sched_getaffinity(0, sizeof now, &now) != 0 || !CPU_ISSET(home_cpu_, &now)) return;
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(home_cpu_, &one);
+  if (::sched_setaffinity(0, sizeof one, &one) == 0) (void)::sched_setaffinity(0, sizeof now, &now);
 }
 
 Result<const PeerTable::Entry*> WorldImpl::PeerBlock(const char* api, int to, PeerTable::Pin* pin, char** mapped) {

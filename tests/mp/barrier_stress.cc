@@ -15,7 +15,8 @@
 //                              within 5 s, long before HIXL_TIMEOUT_MS.
 //
 // Both modes also check that hixl_init left this process's CPU mask as it
-// found it (it may move the thread to a CPU of its own, never binds it).
+// found it (it may move the thread to a CPU of its own, never binds it),
+// and stress that the barriers did too (they move it back there).
 //
 // Exit status 0 when every check passed.
 #include <sched.h>
@@ -166,7 +167,15 @@ int main(int argc, char** argv) {
     return Fail("hixl_init changed the CPU mask: " + std::to_string(CPU_COUNT(&before)) + " CPUs before, " +
                 std::to_string(CPU_COUNT(&after)) + " after");
   }
-  if (mode == "stress") return Stress(g_rank, hixl_world_size());
+  if (mode == "stress") {
+    const int rc = Stress(g_rank, hixl_world_size());
+    // The barriers move a rank back to its own CPU after a long wait, and
+    // give the mask back as they found it.
+    if (rc == 0 && (sched_getaffinity(0, sizeof after, &after) != 0 || !CPU_EQUAL(&before, &after))) {
+      return Fail("the barriers changed the CPU mask");
+    }
+    return rc;
+  }
   // The world cannot be finalized with a rank dead: it is abandoned, and the
   // process leaves without running destructors under the transports'
   // threads (or reporting the abandoned world as leaked).

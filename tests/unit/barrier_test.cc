@@ -137,6 +137,37 @@ TEST(DisseminationBarrierTest, TheSleepWordIsClearAfterEveryBarrier) {
 
 TEST(DisseminationBarrierTest, PeersThatDoNotWakeArePolled) { OrdersMemory(3, false, 0); }
 
+// waited_long runs after a wait that slept (where the world moves the
+// thread back to its own CPU), not after one whose signal was there.
+TEST(DisseminationBarrierTest, AWaitThatSleptCallsWaitedLong) {
+  DisseminationBarrier::Options o;
+  o.spin_ceiling_us = 0;
+  std::atomic<int> calls[2] = {0, 0};
+  Ranks ranks(2, o, true);
+  for (int r = 0; r < 2; ++r) {
+    DisseminationBarrier::Options mine = o;
+    mine.rank = r;
+    mine.size = 2;
+    mine.waited_long = [&calls, r] { ++calls[r]; };
+    uint64_t* block = ranks.blocks[static_cast<size_t>(r)].words;
+    ranks.barriers[static_cast<size_t>(r)] = std::make_unique<DisseminationBarrier>(
+        mine, block,
+        [&ranks](int to, size_t round, uint64_t epoch) -> Status {
+          DisseminationBarrier::SignalMapped(ranks.blocks[static_cast<size_t>(to)].words, round, epoch);
+          return Status::Ok();
+        },
+        [](const char*) { return Status::Ok(); }, [](int) { return true; });
+  }
+  std::thread first([&] { EXPECT_TRUE(ranks.barriers[0]->Run().ok()); });
+  // Rank 1 arrives once rank 0 sleeps: its own signal is there already.
+  std::atomic_ref<uint64_t> asleep(ranks.blocks[0].words[DisseminationBarrier::SleepOffset(0) / 8]);
+  while (asleep.load() == 0) std::this_thread::yield();
+  EXPECT_TRUE(ranks.barriers[1]->Run().ok());
+  first.join();
+  EXPECT_EQ(calls[0].load(), 1);
+  EXPECT_EQ(calls[1].load(), 0);
+}
+
 TEST(DisseminationBarrierTest, ADeadPeerEndsTheWaitNamingIt) {
   Block block;
   DisseminationBarrier::Options o;
