@@ -21,22 +21,27 @@
 // Broadcast has a ring of its own after the halves, and no barrier: its
 // data goes in chunks (a slot less its header), chunk s into slot s mod
 // kRingSlots at every rank, each slot flagged by its own line of the
-// barrier's block (lines kRingLine on).  The root puts the chunk into each
-// rank's slot, then sets that rank's flag of the slot to s + 1: a copy and
-// a store where the rank's block is mapped here (a futex wake only if the
-// rank sleeps, as a barrier round's signal), else one put with signal,
-// and a fence after the chunk (the transport may read our slot, the
-// source, after the put returns); a rank waits for its
-// flag (spinning, then sleeping, as a barrier round does), copies the
-// chunk out, and counts it taken in the ring's first word (the root counts
-// its own chunks too).  Before the
-// root writes chunk s into a rank's slot it must know that the rank has
-// taken chunk s - kRingSlots, which was in the same slot: what the rank
-// was last seen to have taken is kept, and asked again (a load where its
-// memory is mapped, else an atomic fetch) only when it is not enough.  So
-// a broadcast costs the root a put and a signal per rank and a rank one
-// wait, and back-to-back broadcasts run up to kRingSlots chunks ahead of
-// the slowest rank; chunks' flags only grow, so none is ever reset.
+// barrier's block (lines kRingLine on), down a binomial tree rooted at the
+// root (rank v places from the root, v > 0, hears from v less its lowest
+// set bit, and sends to v + 2^k for every 2^k below that bit, the largest
+// first).  A rank sends a chunk from its own slot: it puts the slot into
+// the child's, then sets the child's flag of the slot to s + 1 -- a copy
+// and a store where the child's block is mapped here (a futex wake only if
+// the child sleeps, as a barrier round's signal), else one put with
+// signal, and a fence after the chunk (the transport may read our slot,
+// the source, after the put returns).  A rank waits for its flag (spinning,
+// then sleeping, as a barrier round does), sends the chunk on, copies it
+// out, and counts it taken in the ring's first word (the root counts its
+// own chunks too).  Before a rank writes chunk s into a child's slot it
+// must know that the child has taken chunk s - kRingSlots, which was in the
+// same slot (whoever wrote it then): what the child was last seen to have
+// taken is kept, and asked again (a load where its memory is mapped, else
+// an atomic fetch) only when it is not enough.  A rank waits only for
+// older chunks than the one it sends, so no wait goes round in a circle.
+// So a broadcast costs every rank at most ceil(log2 n) puts and signals
+// and one wait, the root included (no rank's work grows with n), and
+// back-to-back broadcasts run up to kRingSlots chunks ahead of the slowest
+// rank; chunks' flags only grow, so none is ever reset.
 //
 // The header names the round and the lengths the writer was called with, so
 // that ranks that called with different sizes (or a different sequence of
@@ -46,6 +51,7 @@
 // (as it does before the data-plane barrier starts, during init).
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <chrono>
 #include <cstring>
 
@@ -211,6 +217,13 @@ Status WorldImpl::Broadcast(int root, void* buf, size_t bytes) {
   char* const ring = Ring();
   std::atomic_ref<uint64_t> taken(*reinterpret_cast<uint64_t*>(ring));
   const size_t chunk = kRingSlotBytes - kHeader;
+  // Our place in the tree: v from the root; the parent is v less its
+  // lowest set bit; the children v + 2^k below that bit (every 2^k < n
+  // for the root), the largest subtree first.
+  const auto n = static_cast<uint32_t>(size());
+  const uint32_t v = (static_cast<uint32_t>(rank()) + n - static_cast<uint32_t>(root)) % n;
+  const int parent = v == 0 ? -1 : static_cast<int>(((v & (v - 1)) + static_cast<uint32_t>(root)) % n);
+  const uint32_t top_child = v == 0 ? std::bit_floor(n - 1) : (v & (~v + 1)) >> 1;
   for (size_t done = 0; done < bytes;) {
     const size_t len = std::min(chunk, bytes - done);
     const uint64_t seq = ring_seq_++;
@@ -218,39 +231,45 @@ Status WorldImpl::Broadcast(int root, void* buf, size_t bytes) {
     char* slot = ring + DisseminationBarrier::kLine + slot_index * kRingSlotBytes;
     const size_t line = DisseminationBarrier::kRingLine + slot_index;
     const Header h{Tag(seq, len), bytes};
-    if (rank() == root) {
-      // The chunk goes from a copy in our own slot (the header in front of
-      // the bytes), put whole into each rank's slot, then the slot's flag.
-      // A rank whose slot still holds an untaken chunk kRingSlots back is
-      // waited for first.
+    Header got = h;
+    bool same = true;
+    size_t sent = kHeader + len;
+    if (parent < 0) {
+      // The chunk goes from a copy in our own slot, the header in front of
+      // the bytes.
       WriteSlot(slot, h, data + done, len);
-      bool sent_by_transport = false;
-      for (int k = 1; k < size(); ++k) {
-        const int r = (root + k) % size();
-        HIXL_RETURN_IF_ERROR(AwaitRingRoom(r, seq));
-        HIXL_ASSIGN_OR_RETURN(const bool mapped, RingSend(r, slot, kHeader + len, line, seq + 1));
-        sent_by_transport = sent_by_transport || !mapped;
-      }
-      // A transport may read a put's source after the put returns: our slot
-      // is written again kRingSlots chunks on.
-      if (sent_by_transport) {
-        Status s = Fence();
-        if (!s.ok()) return Err(s.code(), "hixl_broadcast: {}", s.message());
-      }
-      taken.store(seq + 1, std::memory_order_release);  // counted as everyone's is (the next root asks)
     } else {
-      HIXL_RETURN_IF_ERROR(barrier_->Await("hixl_broadcast", line, root, seq + 1));
-      Header got;
-      const bool same = HeaderIs(slot, h, &got);
-      if (same) std::memcpy(data + done, slot + kHeader, len);
-      taken.store(seq + 1, std::memory_order_release);  // the slot is free for the root of chunk seq + kRingSlots
-      if (!same) {
-        return Err(Errc::kInvalidArg,
-                   "hixl_broadcast: root {}'s data does not match this rank's call ({} bytes){}: every rank must "
-                   "call the same collectives in the same order, with the same root and size",
-                   root, bytes,
-                   (got.tag >> 24) == seq + 1 ? fmt::format(" (the root broadcasts {} bytes)", got.total) : "");
-      }
+      HIXL_RETURN_IF_ERROR(barrier_->Await("hixl_broadcast", line, parent, seq + 1));
+      same = HeaderIs(slot, h, &got);
+      // Not what this rank was called with: what came goes on all the
+      // same (as long as the header says, within the slot), and each child
+      // judges it against its own call.
+      if (!same) sent = kHeader + std::min<size_t>(got.tag & 0xffffff, chunk);
+    }
+    // On to the children; one whose slot still holds an untaken chunk
+    // kRingSlots back is waited for first.
+    bool sent_by_transport = false;
+    for (uint32_t bit = top_child; bit != 0; bit >>= 1) {
+      if (v + bit >= n) continue;
+      const int child = static_cast<int>((v + bit + static_cast<uint32_t>(root)) % n);
+      HIXL_RETURN_IF_ERROR(AwaitRingRoom(child, seq));
+      HIXL_ASSIGN_OR_RETURN(const bool mapped, RingSend(child, slot, sent, line, seq + 1));
+      sent_by_transport = sent_by_transport || !mapped;
+    }
+    // A transport may read a put's source after the put returns: our slot
+    // is written again kRingSlots chunks on.
+    if (sent_by_transport) {
+      Status s = Fence();
+      if (!s.ok()) return Err(s.code(), "hixl_broadcast: {}", s.message());
+    }
+    if (parent >= 0 && same) std::memcpy(data + done, slot + kHeader, len);
+    taken.store(seq + 1, std::memory_order_release);  // the slot is free for chunk seq + kRingSlots
+    if (!same) {
+      return Err(Errc::kInvalidArg,
+                 "hixl_broadcast: root {}'s data does not match this rank's call ({} bytes){}: every rank must "
+                 "call the same collectives in the same order, with the same root and size",
+                 root, bytes,
+                 (got.tag >> 24) == seq + 1 ? fmt::format(" (the root broadcasts {} bytes)", got.total) : "");
     }
     done += len;
   }
