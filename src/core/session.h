@@ -72,9 +72,15 @@ class PeerSession {
   // keep it until the transport call that uses the entry has returned.  No
   // pin is held while refreshing (that waits on the peer's control thread).
   Result<const PeerTable::Entry*> Find(uint64_t addr, uint64_t len, int64_t timeout_ms, PeerTable::Pin* pin) {
-    table_.Hold(pin);  // inline: every put and get of a front door comes here
-    if (const PeerTable::Entry* e = table_.Find(addr, len)) return e;
+    if (const PeerTable::Entry* e = FindKnown(addr, len, pin)) return e;
     return FindAfterRefresh(addr, len, timeout_ms, pin);
+  }
+  // Find's lock-free part, inline (every put and get of a front door comes
+  // here): the entry held by *pin, or nullptr when our copy of the table
+  // has none (then Find, which refreshes it).
+  const PeerTable::Entry* FindKnown(uint64_t addr, uint64_t len, PeerTable::Pin* pin) {
+    table_.Hold(pin);
+    return table_.Find(addr, len);
   }
 
   // Reads the peer's table from its board (core/table_board.h) from now

@@ -103,11 +103,6 @@ void FinalizeAtExit() {
 
 }  // namespace
 
-State& S() {
-  static State* s = new State;  // never destroyed: the exit hook runs after static destructors may have
-  return *s;
-}
-
 void Exit(int status) {
   std::fflush(nullptr);
   ::_exit(status);
@@ -146,27 +141,15 @@ void FailAfterPeer(const char* api, const std::string& what) {
   Exit(1);
 }
 
-world::WorldImpl* W(const char* api) {
-  State& s = S();
-  if (s.w == nullptr || s.finalized) {
-    Fail(api, s.finalized ? "called after shmem_finalize" : "called before shmem_init (or start_pes)");
-  }
-  return s.w;
+void NotInitialised(const char* api) {
+  Fail(api, S().finalized ? "called after shmem_finalize" : "called before shmem_init (or start_pes)");
 }
 
-void CheckPe(const char* api, int pe) {
-  const State& s = S();
-  if (pe < 0 || pe >= s.npes) Fail(api, fmt::format("PE {} is outside the world of {} PEs", pe, s.npes));
-}
+void BadPe(const char* api, int pe) { Fail(api, fmt::format("PE {} is outside the world of {} PEs", pe, S().npes)); }
 
-int CtxPe(shmem_ctx_t ctx, int pe) {
+void BadCtxPe(shmem_ctx_t ctx, int pe) {
   if (ctx == SHMEM_CTX_INVALID) Fail("shmem_ctx", "an operation on SHMEM_CTX_INVALID");
-  const hixl_shmem_team* t = ctx->team;
-  if (t == nullptr || t->world) return pe;
-  if (pe < 0 || pe >= static_cast<int>(t->pes.size())) {
-    Fail("shmem_ctx", fmt::format("PE {} is outside the context's team of {} PEs", pe, t->pes.size()));
-  }
-  return t->pes[static_cast<size_t>(pe)];
+  Fail("shmem_ctx", fmt::format("PE {} is outside the context's team of {} PEs", pe, ctx->team->pes.size()));
 }
 
 shmem_ctx_t NewCtx(shmem_team_t team, long options) {
@@ -177,13 +160,7 @@ shmem_ctx_t NewCtx(shmem_team_t team, long options) {
   return c;
 }
 
-void Pending(shmem_ctx_t ctx, int pe) {
-  if (S().synchronous[static_cast<size_t>(pe)]) {
-    if (!ctx->same_host_pending.load(std::memory_order_relaxed)) {
-      ctx->same_host_pending.store(true, std::memory_order_seq_cst);
-    }
-    return;
-  }
+void NotePending(shmem_ctx_t ctx, int pe) {
   std::atomic<uint8_t>& noted = ctx->pending[static_cast<size_t>(pe)];
   // Noted already: a quiet that takes it after this check flushes after the
   // transfer this notes was started.
@@ -217,13 +194,6 @@ void Quiet(const char* api, shmem_ctx_t ctx) {
     for (int pe : pes) ctx->pending[static_cast<size_t>(pe)].store(0, std::memory_order_release);
   }
   for (int pe : pes) Check(api, w->Fence(pe));
-}
-
-uint64_t Remote(const void* addr, int pe) {
-  const State& s = S();
-  const auto a = reinterpret_cast<uint64_t>(addr);
-  if (a >= s.data_lo && a < s.data_hi) return s.data_base[static_cast<size_t>(pe)] + (a - s.data_lo);
-  return a;
 }
 
 bool Symmetric(const void* addr) {

@@ -106,10 +106,25 @@ struct State {
   std::map<void*, Allocation> allocations;
 };
 
-State& S();
+// The process's one State, never destroyed (the exit hook may run after
+// static destructors).  The helpers below are inline: every put, get and
+// atomic goes through them.
+inline State& S() {
+  static State* const s = new State;
+  return *s;
+}
+
+// The failures of W, CheckPe and CtxPe (runtime.cc).
+[[noreturn]] void NotInitialised(const char* api);
+[[noreturn]] void BadPe(const char* api, int pe);
+[[noreturn]] void BadCtxPe(shmem_ctx_t ctx, int pe);
 
 // The world, or the not-initialised failure for api.
-world::WorldImpl* W(const char* api);
+inline world::WorldImpl* W(const char* api) {
+  const State& s = S();
+  if (s.w == nullptr || s.finalized) NotInitialised(api);
+  return s.w;
+}
 // Prints "hixl shmem: PE p: api: what" on stderr and ends the job as
 // shmem_global_exit(1) does.
 [[noreturn]] void Fail(const char* api, const std::string& what);
@@ -122,20 +137,43 @@ inline void Check(const char* api, const Status& s) {
   if (!s.ok()) Failed(api, s);
 }
 [[noreturn]] void Exit(int status);
-void CheckPe(const char* api, int pe);
+inline void CheckPe(const char* api, int pe) {
+  if (pe < 0 || pe >= S().npes) BadPe(api, pe);
+}
 // The world PE of a context's PE number (a team's context numbers its PEs
 // as the team does).
-int CtxPe(shmem_ctx_t ctx, int pe);
+inline int CtxPe(shmem_ctx_t ctx, int pe) {
+  if (ctx == SHMEM_CTX_INVALID) BadCtxPe(ctx, pe);
+  const hixl_shmem_team* t = ctx->team;
+  if (t == nullptr || t->world) return pe;
+  if (pe < 0 || pe >= static_cast<int>(t->pes.size())) BadCtxPe(ctx, pe);
+  return t->pes[static_cast<size_t>(pe)];
+}
 // A new context of team (the world's PEs known: init has run).
 shmem_ctx_t NewCtx(shmem_team_t team, long options);
-// Notes that ctx may have a transfer to world PE pe still on its way.
-void Pending(shmem_ctx_t ctx, int pe);
+// Notes that ctx may have a transfer to world PE pe still on its way: on
+// this host (shm) a flag, elsewhere the PE in ctx's list (NotePending).
+void NotePending(shmem_ctx_t ctx, int pe);
+inline void Pending(shmem_ctx_t ctx, int pe) {
+  if (S().synchronous[static_cast<size_t>(pe)]) {
+    if (!ctx->same_host_pending.load(std::memory_order_relaxed)) {
+      ctx->same_host_pending.store(true, std::memory_order_seq_cst);
+    }
+    return;
+  }
+  NotePending(ctx, pe);
+}
 // Completes ctx's transfers (what Pending noted), and not other contexts'
 // where they go to other PEs: shmem_ctx_quiet, shmem_ctx_fence and
 // shmem_ctx_destroy.
 void Quiet(const char* api, shmem_ctx_t ctx);
 // Where pe holds the symmetric object this PE holds at addr.
-uint64_t Remote(const void* addr, int pe);
+inline uint64_t Remote(const void* addr, int pe) {
+  const State& s = S();
+  const auto a = reinterpret_cast<uint64_t>(addr);
+  if (a >= s.data_lo && a < s.data_hi) return s.data_base[static_cast<size_t>(pe)] + (a - s.data_lo);
+  return a;
+}
 bool Symmetric(const void* addr);
 
 // Blocks until done() holds: spins briefly, then yields; asks the world

@@ -418,20 +418,28 @@ Status WorldImpl::Put(int dst_rank, const void* src, uint64_t dst_addr, size_t s
   if (size == 0) {
     return dst_rank < 0 || dst_rank >= cfg_.world_size ? CheckRemote("hixl_put", dst_rank, 1, src, 0) : Status::Ok();
   }
-  HIXL_RETURN_IF_ERROR(CheckRemote("hixl_put", dst_rank, dst_addr, src, size));
+  if (!RemoteOk(dst_rank, dst_addr, src, size)) return CheckRemote("hixl_put", dst_rank, dst_addr, src, size);
   PeerTable::Pin pin;
-  HIXL_ASSIGN_OR_RETURN(const PeerTable::Entry* e, Lookup("hixl_put", dst_rank, dst_addr, size, &pin));
-  return peer(dst_rank).transport().Put(dst_rank, *e->key, src, dst_addr, size);
+  PeerSession& p = peer(dst_rank);
+  const PeerTable::Entry* e = p.FindKnown(dst_addr, size, &pin);
+  if (!e) {
+    HIXL_ASSIGN_OR_RETURN(e, Lookup("hixl_put", dst_rank, dst_addr, size, &pin));
+  }
+  return p.transport().Put(dst_rank, *e->key, src, dst_addr, size);
 }
 
 Status WorldImpl::Get(int src_rank, uint64_t src_addr, void* dst, size_t size) {
   if (size == 0) {
     return src_rank < 0 || src_rank >= cfg_.world_size ? CheckRemote("hixl_get", src_rank, 1, dst, 0) : Status::Ok();
   }
-  HIXL_RETURN_IF_ERROR(CheckRemote("hixl_get", src_rank, src_addr, dst, size));
+  if (!RemoteOk(src_rank, src_addr, dst, size)) return CheckRemote("hixl_get", src_rank, src_addr, dst, size);
   PeerTable::Pin pin;
-  HIXL_ASSIGN_OR_RETURN(const PeerTable::Entry* e, Lookup("hixl_get", src_rank, src_addr, size, &pin));
-  return peer(src_rank).transport().Get(src_rank, *e->key, src_addr, dst, size);
+  PeerSession& p = peer(src_rank);
+  const PeerTable::Entry* e = p.FindKnown(src_addr, size, &pin);
+  if (!e) {
+    HIXL_ASSIGN_OR_RETURN(e, Lookup("hixl_get", src_rank, src_addr, size, &pin));
+  }
+  return p.transport().Get(src_rank, *e->key, src_addr, dst, size);
 }
 
 Result<void*> WorldImpl::Direct(int rank, uint64_t addr, size_t size) {

@@ -147,6 +147,12 @@ class WorldImpl final : private Session::Delegate {
   Status StoreAllgather(const void* send, void* recv, size_t bytes_per_rank);
 
   Status CheckRemote(const char* op, int peer, uint64_t addr, const void* local, size_t size) const;
+  // CheckRemote's tests in one, for the hot path (CheckRemote says which
+  // failed).
+  bool RemoteOk(int peer, uint64_t addr, const void* local, size_t size) const {
+    const auto l = reinterpret_cast<uintptr_t>(local);
+    return peer >= 0 && peer < cfg_.world_size && local != nullptr && addr != 0 && addr + size >= addr && l + size >= l;
+  }
   // The entry holding the range, held by *pin until the caller's transport
   // call has returned (a deregistration waits for it).
   Result<const PeerTable::Entry*> Lookup(const char* op, int peer, uint64_t addr, size_t size, PeerTable::Pin* pin);
