@@ -97,6 +97,30 @@ void CopySplit(void* dst, const void* src, size_t n, const Plan& plan);
 
 // The hot path: one comparison, then memcpy or the split copy.
 inline void Copy(void* dst, const void* src, size_t n, const Plan& plan) {
+  if (n <= 16) {
+    // Scalars and other small puts without a call into libc: the first
+    // and the last bytes, each as one word (they overlap when n is not a
+    // power of two).
+    auto* d = static_cast<unsigned char*>(dst);
+    const auto* s = static_cast<const unsigned char*>(src);
+    auto two = [&](auto word) {
+      decltype(word) a, b;
+      std::memcpy(&a, s, sizeof a);
+      std::memcpy(&b, s + n - sizeof b, sizeof b);
+      std::memcpy(d, &a, sizeof a);
+      std::memcpy(d + n - sizeof b, &b, sizeof b);
+    };
+    if (n >= 8) {
+      two(uint64_t{});
+    } else if (n >= 4) {
+      two(uint32_t{});
+    } else if (n >= 2) {
+      two(uint16_t{});
+    } else if (n == 1) {
+      *d = *s;
+    }
+    return;
+  }
   if (n < plan.split_min || plan.threads <= 1) {
     std::memcpy(dst, src, n);
     return;

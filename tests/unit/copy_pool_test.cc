@@ -227,6 +227,22 @@ TEST(CopyPool, SplitCopiesAreExact) {
   }
 }
 
+// Copies of up to 16 bytes go word by word (no call into libc): every
+// size, at every misalignment, writes exactly its bytes.
+TEST(CopyPool, SmallCopiesAreExact) {
+  std::vector<uint8_t> src(64), dst(64);
+  std::iota(src.begin(), src.end(), uint8_t{1});
+  for (size_t n = 0; n <= 17; ++n) {
+    for (size_t off = 0; off < 8; ++off) {
+      std::fill(dst.begin(), dst.end(), 0);
+      Copy(dst.data() + off, src.data() + 7 - off, n, Plan{1, 64 * 1024});
+      ASSERT_EQ(std::memcmp(dst.data() + off, src.data() + 7 - off, n), 0) << n << " bytes at " << off;
+      for (size_t i = 0; i < off; ++i) ASSERT_EQ(dst[i], 0) << n << " bytes at " << off;
+      for (size_t i = off + n; i < dst.size(); ++i) ASSERT_EQ(dst[i], 0) << n << " bytes at " << off;
+    }
+  }
+}
+
 TEST(CopyPool, SeveralThreadsSplitAtOnce) {
   const size_t n = 8 * kMiB;
   constexpr int kThreads = 4;
