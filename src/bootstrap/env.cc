@@ -2,8 +2,9 @@
 
 #include "bootstrap/pmix.h"
 
-#include <charconv>
 #include <cstdlib>
+
+#include "base/switch.h"
 
 namespace hixl::bootstrap {
 
@@ -19,16 +20,7 @@ namespace {
 
 Result<int64_t> ParseInt(std::string_view name, const std::string& text, int64_t lo, int64_t hi,
                          Errc code = Errc::kBootstrap) {
-  int64_t v = 0;
-  const char* end = text.data() + text.size();
-  auto [p, ec] = std::from_chars(text.data(), end, v);
-  if (ec != std::errc() || p != end || text.empty()) {
-    return Err(code, "{}='{}' is not an integer", name, text);
-  }
-  if (v < lo || v > hi) {
-    return Err(code, "{}={} is out of range [{}, {}]", name, v, lo, hi);
-  }
-  return v;
+  return ParseInteger(name, text, lo, hi, code);
 }
 
 struct RankVars {

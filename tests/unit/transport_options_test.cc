@@ -140,6 +140,30 @@ TEST_F(TransportOptions, UcxNetDevFromSettingOrVariable) {
   ASSERT_TRUE(s.ok());
   EXPECT_EQ(s.value().net_dev, "mlx5_0:1");
 }
+
+TEST_F(TransportOptions, UcxSpinFromSettingOrVariableAndBadValuesNamed) {
+  Result<ucx::UcxOptions> d = ucx::ParseOptions(Options{});
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d.value().spin_us, 50);
+  {
+    ScopedEnv spin("HIXL_UCX_SPIN_US", "0");
+    Result<ucx::UcxOptions> e = ucx::ParseOptions(Options{});
+    ASSERT_TRUE(e.ok());
+    EXPECT_EQ(e.value().spin_us, 0);
+  }
+  Options o;
+  o.settings["ucx_spin_us"] = "200";
+  Result<ucx::UcxOptions> s = ucx::ParseOptions(o);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s.value().spin_us, 200);
+  for (const char* bad : {"-1", "100001", "fast", ""}) {
+    ScopedEnv spin("HIXL_UCX_SPIN_US", bad);
+    Result<ucx::UcxOptions> r = ucx::ParseOptions(Options{});
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.status().code(), Errc::kInvalidArg) << bad;
+    EXPECT_NE(r.status().message().find("HIXL_UCX_SPIN_US"), std::string::npos) << r.status().message();
+  }
+}
 #endif
 
 TEST(TransportLists, BuiltInNamesAndAllSwitches) {

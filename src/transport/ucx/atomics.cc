@@ -120,6 +120,7 @@ ucs_status_t Atomics::OnRequest(void* arg, const void* header, size_t header_len
     if (op != AtomicOp::kFetch) changed = word;
   }
   self->Reply(param->reply_ep, reply);
+  self->w_->served_request = true;
   // After the reply, which the caller waits for (a waiter that wakes reads
   // the word, changed already).  The region stays mapped: w->mu is held.
   if (changed) WakeWaiters(changed);

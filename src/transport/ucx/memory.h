@@ -59,6 +59,7 @@ class Regions {
   // Whether [addr, addr+len) (len > 0) lies inside one mapped region.
   // w->mu held: the region stays mapped while the caller holds it.
   bool CoversLocked(uint64_t addr, uint64_t len) const;
+  Worker* worker() const { return w_; }
 
  private:
   struct Mapped {

@@ -74,6 +74,7 @@ ucs_status_t OnPutSignal(void* arg, const void* header, size_t header_length, vo
   // Sequentially consistent: whoever sees the new value sees the data.
   ApplyAtomic(word, static_cast<AtomicOp>(h.op), h.value, 0);
   WakeWaiters(word);
+  regions->worker()->served_request = true;  // mu held: handlers run under it
   return UCS_OK;
 }
 

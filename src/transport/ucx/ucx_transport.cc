@@ -88,7 +88,7 @@ class UcxTransport final : public Transport {
     }
     rma_ = std::make_unique<Rma>(w_.get(), host_);
     host_name_ = HostName();
-    return w_->StartProgressThread();
+    return w_->StartProgressThread(options_.spin_us);
   }
 
   std::string_view name() const override { return "ucx"; }

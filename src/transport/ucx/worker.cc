@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -141,7 +142,8 @@ Worker::~Worker() {
   if (context) ucp_cleanup(context);
 }
 
-Status Worker::StartProgressThread() {
+Status Worker::StartProgressThread(int64_t spin_us) {
+  spin_ = std::chrono::microseconds(spin_us);
   ucs_status_t st = ucp_worker_get_efd(worker, &efd_);
   if (st != UCS_OK) return Err(Errc::kTransport, "ucx: cannot get the worker's event fd: {}", ucs_status_string(st));
   wake_ = net::Fd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
@@ -220,17 +222,31 @@ void Worker::SleepLocked(std::unique_lock<std::mutex>& lock) {
 
 void Worker::Run() {
   bool warned = false;
+  // Until when the thread polls instead of sleeping: spin_ past the last
+  // request it served (whichever thread's progress ran its handler).
+  auto awake_until = net::Clock::now();
   while (!stop_.load()) {
     ucs_status_t armed;
+    bool spin = false;
     {
       std::lock_guard lock(mu);
       const unsigned progressed = ucp_worker_progress(worker);
       if (acceptor) acceptor->Serve();  // what the listener's callbacks queued, here or in another thread's progress
+      if (served_request) {
+        served_request = false;
+        awake_until = net::Clock::now() + spin_;
+      }
       if (progressed != 0) {
         NotifyLocked();
         continue;
       }
-      armed = ucp_worker_arm(worker);
+      spin = net::Clock::now() < awake_until;
+      armed = spin ? UCS_OK : ucp_worker_arm(worker);
+    }
+    if (spin) {
+      // Yielding: a rank on this CPU that has work gets it first.
+      ::sched_yield();
+      continue;
     }
     if (armed == UCS_ERR_BUSY) continue;
     if (armed != UCS_OK && !warned) {

@@ -47,6 +47,9 @@ class Worker {
   // Set when a request completes or an endpoint fails: what a waiting
   // flush may be waiting for.
   std::atomic<bool> completed{false};
+  // Set by the handlers of peers' requests (a signal, an atomic; mu held):
+  // the progress thread then keeps polling for spin_us before it sleeps.
+  bool served_request = false;
   // What UCX may still read and no caller waits for any more: atomics
   // whose callers gave up waiting (HIXL_TIMEOUT_MS) or had their reply
   // first, atomics' replies (atomics.cc).  A request's completion removes
@@ -56,8 +59,11 @@ class Worker {
 
   // The progress thread serves the network on the target side (needed where
   // UCX emulates RMA, as over TCP) and sleeps on the worker's event fd
-  // whenever there is nothing to do.
-  Status StartProgressThread();
+  // whenever there is nothing to do -- but for spin_us after it served a
+  // peer's request, polling and yielding the CPU between polls: a peer that
+  // signals or updates a word in a loop finds it awake, where waking an
+  // idle CPU costs more than the round trip (docs/ucx.md).
+  Status StartProgressThread(int64_t spin_us);
   void StopProgressThread();
   // Wakes the progress thread: a caller that progressed the worker itself
   // may have taken events the thread was armed for.  Call without mu.
@@ -123,8 +129,9 @@ class Worker {
   // Wakes the threads asleep in ProgressUntil if a request completed (mu held).
   void NotifyLocked();
 
-  int efd_ = -1;  // the worker's event fd, owned by the worker
-  net::Fd wake_;  // wakes the progress thread
+  int efd_ = -1;                       // the worker's event fd, owned by the worker
+  std::chrono::microseconds spin_{0};  // see StartProgressThread
+  net::Fd wake_;                       // wakes the progress thread
   std::atomic<bool> stop_{false};
   std::thread thread_;
   std::condition_variable progressed_;  // with mu: the progress thread completed something
