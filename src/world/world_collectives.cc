@@ -65,8 +65,12 @@ namespace {
 
 size_t Round8(size_t n) { return (n + 7) & ~size_t{7}; }
 
-// The header's first word: the round and this slot's length.
-uint64_t Tag(uint64_t round, size_t len) { return ((round + 1) << 24) | static_cast<uint64_t>(len); }
+// The header's first word: the round and this slot's length (below 2^24).
+constexpr unsigned kLengthBits = 24;
+uint64_t Tag(uint64_t round, size_t len) { return ((round + 1) << kLengthBits) | static_cast<uint64_t>(len); }
+// Whether a tag is of `round` (whatever its length), and the length it says.
+bool TagOfRound(uint64_t tag, uint64_t round) { return (tag >> kLengthBits) == round + 1; }
+size_t TagLength(uint64_t tag) { return tag & ((uint64_t{1} << kLengthBits) - 1); }
 
 struct Header {
   uint64_t tag;
@@ -130,7 +134,7 @@ Status WorldImpl::Allgather(const void* send, void* recv, size_t bytes_per_rank)
                  "hixl_allgather: rank {}'s part does not match this rank's call ({} bytes per rank{}): every rank "
                  "must call the same collectives in the same order with the same bytes_per_rank",
                  b, bytes_per_rank,
-                 (got.tag >> 24) == round + 1 ? fmt::format("; it passed {}", got.total) : std::string());
+                 TagOfRound(got.tag, round) ? fmt::format("; it passed {}", got.total) : std::string());
     }
   }
   auto* out = static_cast<char*>(recv);
@@ -244,7 +248,7 @@ Status WorldImpl::Broadcast(int root, void* buf, size_t bytes) {
       // Not what this rank was called with: what came goes on all the
       // same (as long as the header says, within the slot), and each child
       // judges it against its own call.
-      if (!same) sent = kHeader + std::min<size_t>(got.tag & 0xffffff, chunk);
+      if (!same) sent = kHeader + std::min(TagLength(got.tag), chunk);
     }
     // On to the children; one whose slot still holds an untaken chunk
     // kRingSlots back is waited for first.
@@ -269,7 +273,7 @@ Status WorldImpl::Broadcast(int root, void* buf, size_t bytes) {
                  "hixl_broadcast: root {}'s data does not match this rank's call ({} bytes){}: every rank must "
                  "call the same collectives in the same order, with the same root and size",
                  root, bytes,
-                 (got.tag >> 24) == seq + 1 ? fmt::format(" (the root broadcasts {} bytes)", got.total) : "");
+                 TagOfRound(got.tag, seq) ? fmt::format(" (the root broadcasts {} bytes)", got.total) : "");
     }
     done += len;
   }
