@@ -119,6 +119,21 @@ void Node::FreeId(int id) {
   ids_.erase(id);
 }
 
+int Node::AllocateLane() {
+  std::lock_guard lock(lanes_mu_);
+  int lane = 1;
+  while (lanes_.count(lane)) ++lane;
+  lanes_.insert(lane);
+  return lane;
+}
+
+void Node::FreeLane(int lane) {
+  if (lane <= 0) return;
+  for (auto& t : transports_) t->CloseLane(lane);
+  std::lock_guard lock(lanes_mu_);
+  lanes_.erase(lane);
+}
+
 bool Node::AccessLocalRange(uint64_t addr, uint64_t len, const std::function<void()>& fn) const {
   std::lock_guard lock(reg_mu_);
   auto it = regs_.upper_bound(addr);

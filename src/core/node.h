@@ -79,6 +79,13 @@ class Node final : public transport::Host {
   // Disconnects `id` from every transport, then frees it for AllocateId.
   void FreeId(int id);
 
+  // A fresh lane (transport.h: transfers completed apart from other
+  // lanes'), the lowest free one above 0.
+  int AllocateLane();
+  // Closes the lane on every transport (completing its transfers, bounded),
+  // then frees it for AllocateLane.
+  void FreeLane(int lane);
+
   // Registers `region` with every transport, or counts one more reference
   // where exactly this range (and heap flag) is registered already (through
   // any front door); *keys receives each transport's key blob.
@@ -112,7 +119,9 @@ class Node final : public transport::Host {
 
   std::mutex ids_mu_;
   std::set<int> ids_;  // given out (and the self id)
-  int doors_ = 0;      // front doors attached; guarded by the nodes' registry mutex
+  std::mutex lanes_mu_;
+  std::set<int> lanes_;  // lanes given out
+  int doors_ = 0;        // front doors attached; guarded by the nodes' registry mutex
 
   mutable std::mutex reg_mu_;
   std::multimap<uint64_t, Registration> regs_;  // by base; ranges of different doors may overlap

@@ -234,6 +234,9 @@ class Session final {
   // Disconnects the peer id from every transport (Transport::Disconnect)
   // and gives it back to the node.
   void ReleasePeerId(int id);
+  // A lane of the node's transports (Node::AllocateLane), and its release.
+  int AllocateLane() { return node_->AllocateLane(); }
+  void FreeLane(int lane) { node_->FreeLane(lane); }
 
   // --- transports
   const std::vector<std::unique_ptr<transport::Transport>>& transports() const { return node_->transports(); }

@@ -18,7 +18,7 @@ namespace {
 // quiet.  pe: a world PE.
 void Done(const char* api, shmem_ctx_t ctx, world::WorldImpl* w, int pe, bool complete) {
   if (complete && !S().synchronous[static_cast<size_t>(pe)]) {
-    Check(api, w->Fence(pe));
+    Check(api, w->FenceLane(pe, ctx->lane));
   } else {
     Pending(ctx, pe);
   }
@@ -29,7 +29,7 @@ void Put(const char* api, shmem_ctx_t ctx, void* dest, const void* source, size_
   pe = CtxPe(ctx, pe);
   CheckPe(api, pe);
   if (bytes == 0) return;
-  Check(api, w->Put(pe, source, Remote(dest, pe), bytes));
+  Check(api, w->Put(pe, source, Remote(dest, pe), bytes, ctx->lane));
   Done(api, ctx, w, pe, complete);
 }
 
@@ -38,7 +38,7 @@ void Get(const char* api, shmem_ctx_t ctx, void* dest, const void* source, size_
   pe = CtxPe(ctx, pe);
   CheckPe(api, pe);
   if (bytes == 0) return;
-  Check(api, w->Get(pe, Remote(source, pe), dest, bytes));
+  Check(api, w->Get(pe, Remote(source, pe), dest, bytes, ctx->lane));
   Done(api, ctx, w, pe, complete);
 }
 
@@ -53,7 +53,7 @@ void Strided(const char* api, shmem_ctx_t ctx, bool put, char* dest, const char*
   for (size_t i = 0; i < nelems; ++i) {
     char* d = dest + static_cast<ptrdiff_t>(i) * dst * static_cast<ptrdiff_t>(elem);
     const char* s = source + static_cast<ptrdiff_t>(i) * sst * static_cast<ptrdiff_t>(elem);
-    Check(api, put ? w->Put(pe, s, Remote(d, pe), elem) : w->Get(pe, Remote(s, pe), d, elem));
+    Check(api, put ? w->Put(pe, s, Remote(d, pe), elem, ctx->lane) : w->Get(pe, Remote(s, pe), d, elem, ctx->lane));
   }
   Done(api, ctx, w, pe, true);
 }
@@ -67,7 +67,7 @@ void PutSignal(const char* api, shmem_ctx_t ctx, void* dest, const void* source,
     Fail(api, fmt::format("sig_op {} is neither SHMEM_SIGNAL_SET nor SHMEM_SIGNAL_ADD", sig_op));
   }
   // SHMEM_SIGNAL_SET/ADD are hixl's HIXL_SIGNAL_SET/ADD.
-  Check(api, w->PutSignal(pe, source, Remote(dest, pe), bytes, Remote(sig_addr, pe), signal, sig_op));
+  Check(api, w->PutSignal(pe, source, Remote(dest, pe), bytes, Remote(sig_addr, pe), signal, sig_op, ctx->lane));
   Done(api, ctx, w, pe, complete);
 }
 

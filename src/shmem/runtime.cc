@@ -157,6 +157,7 @@ shmem_ctx_t NewCtx(shmem_team_t team, long options) {
   c->team = team;
   c->options = options;
   c->pending = std::make_unique<std::atomic<uint8_t>[]>(static_cast<size_t>(S().npes));
+  c->lane = S().w->OpenLane();
   return c;
 }
 
@@ -193,7 +194,7 @@ void Quiet(const char* api, shmem_ctx_t ctx) {
     ctx->any_pending.store(false, std::memory_order_relaxed);
     for (int pe : pes) ctx->pending[static_cast<size_t>(pe)].store(0, std::memory_order_release);
   }
-  for (int pe : pes) Check(api, w->Fence(pe));
+  for (int pe : pes) Check(api, w->FenceLane(pe, ctx->lane));
 }
 
 bool Symmetric(const void* addr) {

@@ -43,6 +43,10 @@ struct hixl_shmem_team {
 struct hixl_shmem_ctx {
   shmem_team_t team = nullptr;
   long options = 0;
+  // Its transfers' lane (WorldImpl::OpenLane; 0: the default context's):
+  // over UCX an endpoint of its own to each PE, so that its quiet waits
+  // for its own transfers only, also to a PE other contexts use.
+  int lane = 0;
   // Transfers to PEs on this host (shm), all completed by one flush of
   // that transport: a flag, no list.
   std::atomic<bool> same_host_pending{false};

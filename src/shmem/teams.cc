@@ -283,6 +283,7 @@ void shmem_ctx_destroy(shmem_ctx_t ctx) {
   if (ctx == SHMEM_CTX_DEFAULT) hixl::shmem::Fail("shmem_ctx_destroy", "SHMEM_CTX_DEFAULT cannot be destroyed");
   // Its operations complete first, as the standard asks.
   hixl::shmem::Quiet("shmem_ctx_destroy", ctx);
+  W("shmem_ctx_destroy")->CloseLane(ctx->lane);
   delete ctx;
 }
 

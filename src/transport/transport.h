@@ -266,6 +266,41 @@ class Transport {
     return Atomic(peer, sig_key, op, sig_addr, value, 0, &old);
   }
 
+  // Lanes: transfers that a front door completes apart from the rest (an
+  // OpenSHMEM context's, whose quiet must not wait for other contexts').
+  // Lane 0 is the one Put, Get, PutSignal and Flush(peer) use; the node
+  // hands out the others (Node::AllocateLane).  A transport whose transfers
+  // complete later keeps each lane's apart (ucx: an endpoint per lane and
+  // peer, made on first use); one whose transfers complete in the call
+  // carries every lane as lane 0 (these defaults).  Flush() and Flush(peer)
+  // complete every lane's transfers; FlushLane(peer, lane) only that lane's
+  // to or from the peer.
+  virtual Status PutOn(int lane, int peer, const RemoteKey& key, const void* src, uint64_t dst, size_t n) {
+    (void)lane;
+    return Put(peer, key, src, dst, n);
+  }
+  virtual Status GetOn(int lane, int peer, const RemoteKey& key, uint64_t src, void* dst, size_t n) {
+    (void)lane;
+    return Get(peer, key, src, dst, n);
+  }
+  // PutSignal on a lane: the signal is ordered after its data and every
+  // put this process issued to the peer before it on the same lane (not
+  // after those on other lanes: ucx carries each lane on a connection of
+  // its own).
+  virtual Status PutSignalOn(int lane, int peer, const RemoteKey* data_key, const void* src, uint64_t dst, size_t n,
+                             const RemoteKey& sig_key, uint64_t sig_addr, AtomicOp op, uint64_t value) {
+    (void)lane;
+    return PutSignal(peer, data_key, src, dst, n, sig_key, sig_addr, op, value);
+  }
+  virtual Status FlushLane(int peer, int lane) {
+    (void)lane;
+    return Flush(peer);
+  }
+  // Completes the lane's transfers with every peer (bounded by
+  // Host::timeout_ms(); errors are dropped) and releases what the lane
+  // holds; the node may hand its number out again afterwards.
+  virtual void CloseLane(int lane) { (void)lane; }
+
   // Releases everything the transport holds for `peer` (connections,
   // mappings of its memory, relay channels, endpoints), waiting at most
   // Host::timeout_ms() for transfers still in flight to it; errors they

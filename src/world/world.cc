@@ -414,7 +414,7 @@ Result<std::string> WorldImpl::Other(int64_t from, uint8_t type, std::string_vie
   return Err(Errc::kInvalidArg, "unknown control request {}", type);
 }
 
-Status WorldImpl::Put(int dst_rank, const void* src, uint64_t dst_addr, size_t size) {
+Status WorldImpl::Put(int dst_rank, const void* src, uint64_t dst_addr, size_t size, int lane) {
   if (size == 0) {
     return dst_rank < 0 || dst_rank >= cfg_.world_size ? CheckRemote("hixl_put", dst_rank, 1, src, 0) : Status::Ok();
   }
@@ -425,10 +425,12 @@ Status WorldImpl::Put(int dst_rank, const void* src, uint64_t dst_addr, size_t s
   if (!e) {
     HIXL_ASSIGN_OR_RETURN(e, Lookup("hixl_put", dst_rank, dst_addr, size, &pin));
   }
-  return p.transport().Put(dst_rank, *e->key, src, dst_addr, size);
+  transport::Transport& t = p.transport();
+  return lane == 0 ? t.Put(dst_rank, *e->key, src, dst_addr, size)
+                   : t.PutOn(lane, dst_rank, *e->key, src, dst_addr, size);
 }
 
-Status WorldImpl::Get(int src_rank, uint64_t src_addr, void* dst, size_t size) {
+Status WorldImpl::Get(int src_rank, uint64_t src_addr, void* dst, size_t size, int lane) {
   if (size == 0) {
     return src_rank < 0 || src_rank >= cfg_.world_size ? CheckRemote("hixl_get", src_rank, 1, dst, 0) : Status::Ok();
   }
@@ -439,7 +441,9 @@ Status WorldImpl::Get(int src_rank, uint64_t src_addr, void* dst, size_t size) {
   if (!e) {
     HIXL_ASSIGN_OR_RETURN(e, Lookup("hixl_get", src_rank, src_addr, size, &pin));
   }
-  return p.transport().Get(src_rank, *e->key, src_addr, dst, size);
+  transport::Transport& t = p.transport();
+  return lane == 0 ? t.Get(src_rank, *e->key, src_addr, dst, size)
+                   : t.GetOn(lane, src_rank, *e->key, src_addr, dst, size);
 }
 
 Result<void*> WorldImpl::Direct(int rank, uint64_t addr, size_t size) {
@@ -461,15 +465,21 @@ Status WorldImpl::Fence() {
   return s;
 }
 
-Status WorldImpl::Fence(int rank) { return FenceOf(rank, /*whole_transport=*/false); }
+Status WorldImpl::Fence(int rank) { return FenceOf(rank, kAllLanes); }
 
-Status WorldImpl::FenceTransport(int rank) { return FenceOf(rank, /*whole_transport=*/true); }
+Status WorldImpl::FenceLane(int rank, int lane) {
+  if (lane < 0) return Err(Errc::kInvalidArg, "fence: lane {} is invalid", lane);
+  return FenceOf(rank, lane);
+}
 
-Status WorldImpl::FenceOf(int rank, bool whole_transport) {
+Status WorldImpl::FenceTransport(int rank) { return FenceOf(rank, kWholeTransport); }
+
+Status WorldImpl::FenceOf(int rank, int lanes) {
   if (rank < 0 || rank >= size())
     return Err(Errc::kInvalidArg, "fence: rank {} is outside the world of {}", rank, size());
   PeerSession& p = peer(rank);
-  Status s = whole_transport ? p.transport().Flush() : p.transport().Flush(rank);
+  transport::Transport& t = p.transport();
+  Status s = lanes == kWholeTransport ? t.Flush() : lanes == kAllLanes ? t.Flush(rank) : t.FlushLane(rank, lanes);
   Status d = p.TakeDeferred();
   return s.ok() ? d : s;
 }

@@ -48,12 +48,21 @@ class WorldImpl final : private Session::Delegate {
   Status Register(void* addr, size_t size);
   Status Deregister(void* addr);
 
-  Status Put(int dst_rank, const void* src, uint64_t dst_addr, size_t size);
-  Status Get(int src_rank, uint64_t src_addr, void* dst, size_t size);
+  // On `lane` (transport.h; 0: the default lane, hixl_put's): the
+  // OpenSHMEM door gives each context a lane of its own (OpenLane), so that
+  // a context's quiet (FenceLane) completes its transfers and not others'.
+  Status Put(int dst_rank, const void* src, uint64_t dst_addr, size_t size, int lane = 0);
+  Status Get(int src_rank, uint64_t src_addr, void* dst, size_t size, int lane = 0);
+  int OpenLane() { return session_->AllocateLane(); }
+  // Completes the lane's transfers (bounded; errors dropped: FenceLane
+  // first to see them) and frees it.
+  void CloseLane(int lane) { session_->FreeLane(lane); }
   Status Fence();
-  // Completes this process's transfers to or from `rank` only (those to
-  // other ranks may stay in flight); errors name the rank.
+  // Completes this process's transfers to or from `rank` only, on every
+  // lane (those to other ranks may stay in flight); errors name the rank.
   Status Fence(int rank);
+  // The same for the transfers of one lane to or from `rank`.
+  Status FenceLane(int rank, int lane);
   // Completes this process's transfers over the transport that serves
   // `rank`, to every peer it serves (cheaper than Fence(rank) for a
   // transport whose transfers complete in the call, shm, where only relayed
@@ -73,7 +82,7 @@ class WorldImpl final : private Session::Delegate {
 
   // Signals, atomics, notifications (world_signal.cc).
   Status PutSignal(int dst_rank, const void* src, uint64_t dst_addr, size_t size, uint64_t sig_addr, uint64_t value,
-                   int op);
+                   int op, int lane = 0);
   Status WaitUntil(const uint64_t* sig, int cmp, uint64_t value, int64_t timeout_ms) const;
   Status Atomic(const char* api, int rank, uint64_t addr, transport::AtomicOp op, uint64_t operand, uint64_t compare,
                 uint64_t* old);
@@ -158,8 +167,11 @@ class WorldImpl final : private Session::Delegate {
   Result<const PeerTable::Entry*> Lookup(const char* op, int peer, uint64_t addr, size_t size, PeerTable::Pin* pin);
   Status NotRegistered(const char* op, int peer, uint64_t addr, size_t size) const;
   PeerSession& peer(int r) const { return *peers_[static_cast<size_t>(r)]; }
-  // Fence(rank), or FenceTransport(rank) when whole_transport.
-  Status FenceOf(int rank, bool whole_transport);
+  // What the fences to `rank` complete: one lane's transfers, every
+  // lane's (kAllLanes), or the whole transport's (kWholeTransport).
+  static constexpr int kAllLanes = -1;
+  static constexpr int kWholeTransport = -2;
+  Status FenceOf(int rank, int lanes);
 
   // Session::Delegate: control requests from rank `from`.
   Result<Session::Subscriber> SubscriberFor(int64_t from) override;

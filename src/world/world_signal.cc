@@ -104,7 +104,7 @@ Status WorldImpl::Atomic(const char* api, int rank, uint64_t addr, transport::At
 }
 
 Status WorldImpl::PutSignal(int dst_rank, const void* src, uint64_t dst_addr, size_t size, uint64_t sig_addr,
-                            uint64_t value, int op) {
+                            uint64_t value, int op, int lane) {
   if (op != HIXL_SIGNAL_SET && op != HIXL_SIGNAL_ADD) {
     return Err(Errc::kInvalidArg, "hixl_put_signal: op {} is neither HIXL_SIGNAL_SET nor HIXL_SIGNAL_ADD", op);
   }
@@ -131,8 +131,9 @@ Status WorldImpl::PutSignal(int dst_rank, const void* src, uint64_t dst_addr, si
   }
   // The transport orders the signal after the data and wakes the target's waiters.
   auto aop = op == HIXL_SIGNAL_SET ? transport::AtomicOp::kSet : transport::AtomicOp::kAdd;
-  Status s =
-      peer(dst_rank).transport().PutSignal(dst_rank, data_key, src, dst_addr, size, *sig->key, sig_addr, aop, value);
+  transport::Transport& t = peer(dst_rank).transport();
+  Status s = lane == 0 ? t.PutSignal(dst_rank, data_key, src, dst_addr, size, *sig->key, sig_addr, aop, value)
+                       : t.PutSignalOn(lane, dst_rank, data_key, src, dst_addr, size, *sig->key, sig_addr, aop, value);
   if (!s.ok()) return Err(s.code(), "hixl_put_signal: {}", s.message());
   return Status::Ok();
 }

@@ -71,6 +71,22 @@ TEST(Node, FrontDoorsWithTheSameOptionsShareOneNodeOthersGetTheirOwn) {
   EXPECT_EQ(Node::LiveCount(), before);
 }
 
+// Lanes are the node's: above 0 (the default lane), never the same twice
+// while in use, the lowest free one again once freed.
+TEST(Node, LanesAreTheNodesAndFreedOnesComeBack) {
+  auto a = Make(ShmOptions());
+  auto b = Make(ShmOptions());
+  ASSERT_TRUE(a && b);
+  const int l1 = a->AllocateLane(), l2 = b->AllocateLane(), l3 = a->AllocateLane();
+  EXPECT_EQ(l1, 1);
+  EXPECT_EQ(l2, 2);
+  EXPECT_EQ(l3, 3);
+  a->FreeLane(l2);
+  EXPECT_EQ(b->AllocateLane(), 2);
+  a->FreeLane(0);  // the default lane is never freed
+  EXPECT_EQ(a->AllocateLane(), 4);
+}
+
 TEST(Node, ARangeOfTwoDoorsIsRegisteredOnceAndEachDoorSeesOnlyItsOwn) {
   auto a = Make(ShmOptions());
   auto b = Make(ShmOptions());

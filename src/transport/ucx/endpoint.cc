@@ -13,6 +13,7 @@ namespace hixl::transport::ucx {
 namespace {
 
 std::atomic<int64_t> g_live_endpoints{0};
+std::atomic<int64_t> g_endpoint_flushes{0};
 
 // UCX's error handler of an endpoint (called from progress): the peer is
 // gone, and every later operation to it fails at once.
@@ -72,6 +73,7 @@ Peer::~Peer() {
 }
 
 int64_t LiveEndpoints() { return g_live_endpoints.load(); }
+int64_t EndpointFlushes() { return g_endpoint_flushes.load(); }
 void CountEndpoints(int64_t delta) { g_live_endpoints.fetch_add(delta); }
 
 bool IsPeerFailure(ucs_status_t s) {
@@ -150,6 +152,7 @@ ucs_status_ptr_t StartEndpointFlush(Peer* p) {
   param.cb.send = OnFlushDone;
   param.user_data = p;
   ucs_status_ptr_t r = ucp_ep_flush_nbx(p->ep, &param);
+  g_endpoint_flushes.fetch_add(1, std::memory_order_relaxed);
   if (UCS_PTR_IS_PTR(r)) ++p->flushing;
   return r;
 }

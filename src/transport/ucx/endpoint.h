@@ -54,6 +54,9 @@ struct Peer {
 // down (tests read it).  Counted where they are made and closed.
 int64_t LiveEndpoints();
 void CountEndpoints(int64_t delta);
+// Endpoint flushes started so far in this process (StartEndpointFlush):
+// tests read it to see which endpoints a flush touched.
+int64_t EndpointFlushes();
 
 // UCX statuses that mean the peer, or the way to it, is gone.
 bool IsPeerFailure(ucs_status_t s);

@@ -7,9 +7,11 @@
 namespace hixl::transport::ucx {
 
 UcxKey::~UcxKey() {
+  std::vector<std::shared_ptr<UcxKey>> lane_keys;  // each takes mu as it goes, after the lock
   std::lock_guard lock(peer->w->mu);
   if (rkey) ucp_rkey_destroy(rkey);
   peer->keys.erase(this);
+  lane_keys.swap(lanes);
 }
 
 Result<std::shared_ptr<RemoteKey>> UnpackRkey(std::shared_ptr<Peer> p, uint64_t base, uint64_t len,
@@ -25,7 +27,7 @@ Result<std::shared_ptr<RemoteKey>> UnpackRkey(std::shared_ptr<Peer> p, uint64_t 
     return Err(Errc::kTransport, "ucx: cannot unpack the key of the region [{:#x}, +{}) of {}: {}", base, len,
                p->Name(), ucs_status_string(st));
   }
-  return std::shared_ptr<RemoteKey>(std::make_shared<UcxKey>(std::move(p), rkey));
+  return std::shared_ptr<RemoteKey>(std::make_shared<UcxKey>(std::move(p), rkey, base, len, key_blob));
 }
 
 void DestroyKeys(Peer* p) {

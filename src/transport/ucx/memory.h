@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "transport/transport.h"
 #include "transport/ucx/endpoint.h"
@@ -21,18 +22,27 @@ namespace hixl::transport::ucx {
 // Peer, and so the endpoint and the worker, until it is destroyed.
 struct UcxKey final : RemoteKey {
   // w->mu held.
-  UcxKey(std::shared_ptr<Peer> peer, ucp_rkey_h rkey) : peer(std::move(peer)), rkey(rkey) {
+  UcxKey(std::shared_ptr<Peer> peer, ucp_rkey_h rkey, uint64_t base, uint64_t len, std::string_view blob)
+      : peer(std::move(peer)), rkey(rkey), base(base), len(len), blob(blob) {
     this->peer->keys.insert(this);
   }
   UcxKey(const UcxKey&) = delete;
   UcxKey& operator=(const UcxKey&) = delete;
   // The rkey goes before the endpoint (and the worker) that `peer` keeps
   // alive; Disconnect may have destroyed it already, with the endpoint.
-  // Takes w->mu.
+  // Takes w->mu (the lanes' keys go after it is released).
   ~UcxKey() override;
 
   const std::shared_ptr<Peer> peer;
   ucp_rkey_h rkey;  // guarded by peer->w->mu; null once Disconnect destroyed it
+  // The region and its blob, for the lanes' own unpacking.
+  const uint64_t base;
+  const uint64_t len;
+  const std::string blob;
+  // The same region's key for each lane above 0 (at lane - 1), unpacked
+  // with that lane's endpoint on first use (UcxTransport::LaneKey); null
+  // where none is.  Guarded by peer->w->mu.
+  mutable std::vector<std::shared_ptr<UcxKey>> lanes;
 };
 
 // Unpacks the key blob of p's region [base, base+len) with p's endpoint

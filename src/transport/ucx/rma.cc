@@ -58,13 +58,17 @@ Status Rma::FlushAll(std::unique_lock<std::mutex>& lock, net::Deadline deadline)
   return FlushPeers(lock, std::move(peers), deadline);
 }
 
-Status Rma::FlushPeer(std::unique_lock<std::mutex>& lock, const std::shared_ptr<Peer>& p, net::Deadline deadline) {
-  // Nothing went to it through UCX since the last flush, and no flush or
-  // transfer another thread started is still running (its flush may cover
-  // what this caller started).
-  // It stays in dirty_ meanwhile, so that a FlushAll waits for it too.
-  if (!p || (!p->dirty && p->flushing == 0 && p->outstanding == 0)) return Status::Ok();
-  return FlushPeers(lock, {p}, deadline);
+Status Rma::FlushSome(std::unique_lock<std::mutex>& lock, std::vector<std::shared_ptr<Peer>> peers,
+                      net::Deadline deadline) {
+  // Left out: those to which nothing went through UCX since the last flush,
+  // with no flush or transfer another thread started still running (its
+  // flush may cover what this caller started).  Each stays in dirty_
+  // meanwhile, so that a FlushAll waits for it too.
+  std::erase_if(peers, [](const std::shared_ptr<Peer>& p) {
+    return !p || (!p->dirty && p->flushing == 0 && p->outstanding == 0);
+  });
+  if (peers.empty()) return Status::Ok();
+  return FlushPeers(lock, std::move(peers), deadline);
 }
 
 void Rma::Forget(const std::shared_ptr<Peer>& p) {

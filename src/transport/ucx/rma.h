@@ -39,7 +39,12 @@ class Rma {
   // Complete every transfer started so far with every peer, or with p (null:
   // nothing to do); lock holds w->mu and is unlocked on return.
   Status FlushAll(std::unique_lock<std::mutex>& lock, net::Deadline deadline);
-  Status FlushPeer(std::unique_lock<std::mutex>& lock, const std::shared_ptr<Peer>& p, net::Deadline deadline);
+  Status FlushPeer(std::unique_lock<std::mutex>& lock, const std::shared_ptr<Peer>& p, net::Deadline deadline) {
+    return FlushSome(lock, {p}, deadline);
+  }
+  // The same for each of `peers` (null ones are skipped): a peer's lanes.
+  Status FlushSome(std::unique_lock<std::mutex>& lock, std::vector<std::shared_ptr<Peer>> peers,
+                   net::Deadline deadline);
   // Forgets p's transfers (Disconnect completes them).  w->mu held.
   void Forget(const std::shared_ptr<Peer>& p);
   // Lets go of every peer (the transport's destructor).  w->mu held.

@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/log.h"
@@ -45,9 +46,11 @@ class UcxTransport final : public Transport {
     Shutdown();
     if (!w_) return;
     std::vector<std::shared_ptr<Peer>> peers, dirty, retired;
+    std::vector<std::vector<std::shared_ptr<Peer>>> lanes;
     {
       std::lock_guard lock(w_->mu);
       peers.swap(peers_);
+      lanes.swap(lanes_);
       if (rma_) dirty = rma_->TakeAll();
       retired.swap(retired_);
     }
@@ -146,31 +149,55 @@ class UcxTransport final : public Transport {
   }
 
   Status Put(int peer, const RemoteKey& key, const void* src, uint64_t dst, size_t n) override {
-    const auto& k = static_cast<const UcxKey&>(key);
-    HIXL_RETURN_IF_ERROR(CheckKey(k, peer));
-    std::lock_guard lock(w_->mu);
-    return rma_->Put(k, src, dst, n);
+    return PutOn(0, peer, key, src, dst, n);
   }
-
   Status Get(int peer, const RemoteKey& key, uint64_t src, void* dst, size_t n) override {
-    const auto& k = static_cast<const UcxKey&>(key);
-    HIXL_RETURN_IF_ERROR(CheckKey(k, peer));
-    std::lock_guard lock(w_->mu);
-    return rma_->Get(k, src, dst, n);
+    return GetOn(0, peer, key, src, dst, n);
   }
-
   Status PutSignal(int peer, const RemoteKey* data_key, const void* src, uint64_t dst, size_t n,
                    const RemoteKey& sig_key, uint64_t sig_addr, AtomicOp op, uint64_t value) override {
+    return PutSignalOn(0, peer, data_key, src, dst, n, sig_key, sig_addr, op, value);
+  }
+
+  // Lanes (transport.h): each lane above 0 has an endpoint of its own to
+  // each peer, a Peer of its own (its own flushes, errors and keys), made
+  // on first use; a key is unpacked again for each lane that uses it.
+  Status PutOn(int lane, int peer, const RemoteKey& key, const void* src, uint64_t dst, size_t n) override {
+    const auto& k = static_cast<const UcxKey&>(key);
+    HIXL_RETURN_IF_ERROR(CheckKey(k, peer));
+    std::shared_ptr<UcxKey> stale;  // released after the lock (its destructor takes it)
+    std::lock_guard lock(w_->mu);
+    HIXL_ASSIGN_OR_RETURN(const UcxKey* lk, LaneKeyLocked(k, lane, &stale));
+    return rma_->Put(*lk, src, dst, n);
+  }
+
+  Status GetOn(int lane, int peer, const RemoteKey& key, uint64_t src, void* dst, size_t n) override {
+    const auto& k = static_cast<const UcxKey&>(key);
+    HIXL_RETURN_IF_ERROR(CheckKey(k, peer));
+    std::shared_ptr<UcxKey> stale;
+    std::lock_guard lock(w_->mu);
+    HIXL_ASSIGN_OR_RETURN(const UcxKey* lk, LaneKeyLocked(k, lane, &stale));
+    return rma_->Get(*lk, src, dst, n);
+  }
+
+  Status PutSignalOn(int lane, int peer, const RemoteKey* data_key, const void* src, uint64_t dst, size_t n,
+                     const RemoteKey& sig_key, uint64_t sig_addr, AtomicOp op, uint64_t value) override {
     const auto& sk = static_cast<const UcxKey&>(sig_key);
     HIXL_RETURN_IF_ERROR(CheckKey(sk, peer));
     const bool inline_data = n <= kMaxSignalData;
     if (n > 0) {
       HIXL_RETURN_IF_ERROR(CheckKey(static_cast<const UcxKey&>(*data_key), peer));
     }
+    std::shared_ptr<UcxKey> stale_data, stale_sig;
     std::lock_guard lock(w_->mu);
-    if (!inline_data) HIXL_RETURN_IF_ERROR(rma_->Put(static_cast<const UcxKey&>(*data_key), src, dst, n));
-    // Ordered after the put (and every earlier one) by the worker fence.
-    return rma_->Signal(sk, inline_data ? src : nullptr, dst, inline_data ? n : 0, sig_addr, op, value);
+    if (!inline_data) {
+      HIXL_ASSIGN_OR_RETURN(const UcxKey* dk, LaneKeyLocked(static_cast<const UcxKey&>(*data_key), lane, &stale_data));
+      HIXL_RETURN_IF_ERROR(rma_->Put(*dk, src, dst, n));
+    }
+    HIXL_ASSIGN_OR_RETURN(const UcxKey* lsk, LaneKeyLocked(sk, lane, &stale_sig));
+    // Ordered after the put (and every earlier one on the lane's
+    // endpoint) by the worker fence.
+    return rma_->Signal(*lsk, inline_data ? src : nullptr, dst, inline_data ? n : 0, sig_addr, op, value);
   }
 
   Status Flush() override {
@@ -181,34 +208,62 @@ class UcxTransport final : public Transport {
   }
 
   // Not behind flush_mu: a flush to one peer never waits for another's.
+  // Every lane's.
   Status Flush(int peer) override {
     const Deadline deadline = WaitDeadline(*host_);
     std::unique_lock lock(w_->mu);
-    return rma_->FlushPeer(lock, FindPeerLocked(peer), deadline);
+    std::vector<std::shared_ptr<Peer>> ps{FindPeerLocked(peer)};
+    if (peer >= 0 && static_cast<size_t>(peer) < lanes_.size()) {
+      const auto& row = lanes_[static_cast<size_t>(peer)];
+      ps.insert(ps.end(), row.begin(), row.end());
+    }
+    return rma_->FlushSome(lock, std::move(ps), deadline);
+  }
+
+  Status FlushLane(int peer, int lane) override {
+    const Deadline deadline = WaitDeadline(*host_);
+    std::unique_lock lock(w_->mu);
+    return rma_->FlushPeer(lock, lane == 0 ? FindPeerLocked(peer) : FindLanePeerLocked(peer, lane), deadline);
+  }
+
+  void CloseLane(int lane) override {
+    if (lane <= 0) return;
+    // As Disconnect: no flush runs meanwhile.
+    std::lock_guard flush_lock(rma_->flush_mu());
+    std::vector<std::shared_ptr<Peer>> closed, finished;  // released after the lock below: ~Peer takes it
+    const Deadline deadline = WaitDeadline(*host_);
+    std::unique_lock lock(w_->mu);
+    SweepRetiredLocked(&finished);
+    // Taken out first: closing unlocks meanwhile.
+    for (auto& row : lanes_) {
+      if (row.size() >= static_cast<size_t>(lane) && row[static_cast<size_t>(lane) - 1]) {
+        closed.push_back(std::move(row[static_cast<size_t>(lane) - 1]));
+      }
+    }
+    for (const auto& lp : closed) ClosePeerLocked(lp, lock, deadline);
+    lock.unlock();
+    w_->Kick();  // our progress calls may have taken events the progress thread waited for
   }
 
   void Disconnect(int peer) override {
     // No flush runs meanwhile (one may hold the peer, and would put it back
     // among those to flush if it timed out).
     std::lock_guard flush_lock(rma_->flush_mu());
-    std::shared_ptr<Peer> p;                      // released after the lock below: ~Peer takes it
-    std::vector<std::shared_ptr<Peer>> finished;  // the same
+    std::shared_ptr<Peer> p;                             // released after the lock below: ~Peer takes it
+    std::vector<std::shared_ptr<Peer>> finished, lanes;  // the same
     const Deadline deadline = WaitDeadline(*host_);
     std::unique_lock lock(w_->mu);
-    // Peers disconnected before whose completions have all come in go now.
-    std::erase_if(retired_, [&](std::shared_ptr<Peer>& r) {
-      if (r->outstanding > 0 || r->flushing > 0) return false;
-      finished.push_back(std::move(r));
-      return true;
-    });
+    SweepRetiredLocked(&finished);
     p = FindPeerLocked(peer);
     if (!p) return;
     peers_[static_cast<size_t>(peer)].reset();
-    rma_->Forget(p);
-    p->closed = true;  // from here every call with its keys fails (under w_->mu)
-    CloseEndpoint(p.get(), lock, deadline);
-    // UCX still owes completions that name the Peer: keep it for them.
-    if (p->outstanding > 0 || p->flushing > 0) retired_.push_back(p);
+    // Its lanes' endpoints go with it (taken out first: closing unlocks
+    // meanwhile).
+    if (static_cast<size_t>(peer) < lanes_.size()) lanes.swap(lanes_[static_cast<size_t>(peer)]);
+    ClosePeerLocked(p, lock, deadline);
+    for (const auto& lp : lanes) {
+      if (lp) ClosePeerLocked(lp, lock, deadline);
+    }
     lock.unlock();
     w_->Kick();  // our progress calls may have taken events the progress thread waited for
   }
@@ -246,6 +301,64 @@ class UcxTransport final : public Transport {
     return peers_[static_cast<size_t>(peer)];
   }
 
+  // Lane `lane`'s Peer for `peer` (lane > 0), or null; w_->mu held.
+  std::shared_ptr<Peer> FindLanePeerLocked(int peer, int lane) {
+    if (peer < 0 || static_cast<size_t>(peer) >= lanes_.size() || lane <= 0) return nullptr;
+    const auto& row = lanes_[static_cast<size_t>(peer)];
+    return static_cast<size_t>(lane) <= row.size() ? row[static_cast<size_t>(lane) - 1] : nullptr;
+  }
+
+  // The key to use on `lane` for k's region: k itself on lane 0; else the
+  // same region's rkey unpacked with the lane's endpoint to k's peer, made
+  // with the endpoint on first use.  A lane key left from a lane closed
+  // before goes to *stale, for the caller to release after the lock.
+  // w_->mu held.
+  Result<const UcxKey*> LaneKeyLocked(const UcxKey& k, int lane, std::shared_ptr<UcxKey>* stale) {
+    if (lane == 0) return &k;
+    if (lane < 0) return Err(Errc::kInvalidArg, "ucx: lane {} is invalid", lane);
+    HIXL_RETURN_IF_ERROR(Usable(k.peer.get()));
+    const Peer& main = *k.peer;
+    const auto rank = static_cast<size_t>(main.rank);
+    if (lanes_.size() <= rank) lanes_.resize(rank + 1);
+    auto& row = lanes_[rank];
+    const auto i = static_cast<size_t>(lane) - 1;
+    if (row.size() <= i) row.resize(i + 1);
+    std::shared_ptr<Peer>& lp = row[i];
+    if (!lp) {
+      lp = std::make_shared<Peer>(w_, main.rank, main.host, main.address);
+      lp->listener_ip = main.listener_ip;
+      lp->listener_port = main.listener_port;
+    }
+    HIXL_RETURN_IF_ERROR(EnsureEndpoint(lp.get(), main.rank == host_->rank(), options_.net_dev));
+    if (k.lanes.size() <= i) k.lanes.resize(i + 1);
+    if (k.lanes[i] && k.lanes[i]->peer == lp) return k.lanes[i].get();
+    HIXL_ASSIGN_OR_RETURN(std::shared_ptr<RemoteKey> unpacked, UnpackRkey(lp, k.base, k.len, k.blob));
+    *stale = std::exchange(k.lanes[i], std::static_pointer_cast<UcxKey>(std::move(unpacked)));
+    return k.lanes[i].get();
+  }
+
+  // Disconnect's and CloseLane's part for one Peer (a peer, or one of its
+  // lanes): from here every call with its keys fails; what is in flight
+  // completes first (bounded), then the endpoint closes.  The caller keeps
+  // p until after the lock.  lock holds w_->mu.
+  void ClosePeerLocked(const std::shared_ptr<Peer>& p, std::unique_lock<std::mutex>& lock, Deadline deadline) {
+    rma_->Forget(p);
+    p->closed = true;
+    CloseEndpoint(p.get(), lock, deadline);
+    // UCX still owes completions that name the Peer: keep it for them.
+    if (p->outstanding > 0 || p->flushing > 0) retired_.push_back(p);
+  }
+
+  // Moves the Peers closed before whose completions have all come in to
+  // *finished (released by the caller after the lock).  w_->mu held.
+  void SweepRetiredLocked(std::vector<std::shared_ptr<Peer>>* finished) {
+    std::erase_if(retired_, [&](std::shared_ptr<Peer>& r) {
+      if (r->outstanding > 0 || r->flushing > 0) return false;
+      finished->push_back(std::move(r));
+      return true;
+    });
+  }
+
   // w_->mu held.
   Result<std::shared_ptr<Peer>> PeerLocked(int peer) {
     std::shared_ptr<Peer> p = FindPeerLocked(peer);
@@ -278,6 +391,8 @@ class UcxTransport final : public Transport {
   // destructor takes w_->mu) is ever destroyed under it.
   std::vector<std::shared_ptr<Peer>> peers_;    // by rank; null when not connected
   std::vector<std::shared_ptr<Peer>> retired_;  // disconnected, with UCX completions still owed
+  // By rank, at lane - 1: each lane's Peer (null where none was made).
+  std::vector<std::vector<std::shared_ptr<Peer>>> lanes_;
 };
 
 }  // namespace
