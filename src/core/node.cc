@@ -95,12 +95,21 @@ bool Node::ReserveIdentity(int identity_ids) {
   return true;
 }
 
+namespace {
+
+// The lowest number from `first` up that `taken` lacks, now taken.
+int TakeLowestFree(std::set<int>& taken, int first) {
+  int n = first;
+  while (taken.count(n)) ++n;
+  taken.insert(n);
+  return n;
+}
+
+}  // namespace
+
 int Node::AllocateId() {
   std::lock_guard lock(ids_mu_);
-  int id = 0;
-  while (ids_.count(id)) ++id;
-  ids_.insert(id);
-  return id;
+  return TakeLowestFree(ids_, 0);
 }
 
 void Node::Detach(const std::vector<int>& ids) {
@@ -121,10 +130,7 @@ void Node::FreeId(int id) {
 
 int Node::AllocateLane() {
   std::lock_guard lock(lanes_mu_);
-  int lane = 1;
-  while (lanes_.count(lane)) ++lane;
-  lanes_.insert(lane);
-  return lane;
+  return TakeLowestFree(lanes_, 1);
 }
 
 void Node::FreeLane(int lane) {
