@@ -118,6 +118,10 @@ Status DisseminationBarrier::Wait(size_t round, int from, uint64_t epoch, Clock:
   }
   // Sleep on the word's futex (the low half: the epoch's low 32 bits change
   // with every barrier), asking now and then whether a peer has died.
+  // One poll first, also when there was no spin: a transport whose progress
+  // thread stood aside for this thread's own calls serves the network again
+  // (UCX), since the signal comes through it.
+  if (opt_.poll) opt_.poll();
   // The sleep word first (SignalMapped's other half), cleared on the way out.
   const bool wakes = wakes_(from);
   std::atomic_ref<uint64_t> sleeping(flags_[SleepOffset(round) / sizeof(uint64_t)]);

@@ -24,6 +24,7 @@
 #include <cstring>
 #include <functional>
 #include <iosfwd>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -239,6 +240,34 @@ class TransportTest : public ::testing::TestWithParam<Config> {
   std::unique_ptr<TestHost> hosts_[2];
   std::unique_ptr<Transport> t_[2];
 };
+
+#ifdef HIXL_TEST_HAVE_UCX
+// Rank 1 over UCX in a child process of its own: it registers kPeerBytes
+// and waits, its transport's progress thread serving whatever comes, until
+// the parent kills it (at the latest when this goes).  Start() returns
+// false, with a failure recorded, where the child could not be started;
+// its settings go to the child's transport options (Options::settings).
+class UcxPeerProcess {
+ public:
+  static constexpr uint64_t kPeerBytes = uint64_t{1} << 16;
+  UcxPeerProcess() = default;
+  UcxPeerProcess(const UcxPeerProcess&) = delete;
+  UcxPeerProcess& operator=(const UcxPeerProcess&) = delete;
+  ~UcxPeerProcess() { Kill(); }
+  bool Start(const std::map<std::string, std::string>& settings = {});
+  pid_t pid() const { return pid_; }
+  // Kills the child and waits for it (again: nothing).
+  void Kill();
+
+  uint64_t addr = 0;    // the region's address in the child
+  std::string address;  // its transport's address
+  std::string blob;     // the region's key blob
+
+ private:
+  pid_t pid_ = -1;
+  int fd_ = -1;  // the parent's end of the socket pair
+};
+#endif
 
 }  // namespace hixl::transport::test
 

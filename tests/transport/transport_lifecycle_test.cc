@@ -207,57 +207,10 @@ TEST(ShmKeys, AKeyClaimingMoreThanItsSegmentIsRefused) {
 // atomic to it was in flight).
 TEST(UcxAtomics, AnAtomicToAPeerThatStopsAndDiesFailsAndLeavesNothingBehind) {
   const int64_t before = ucx::LiveAtomicCalls();
-  int sv[2];  // sv[0] the parent's end, sv[1] the child's
-  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
-  const pid_t child = ::fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {  // the peer: registers a word, tells the parent how to reach it, waits to be killed
-    ::close(sv[0]);
-    TestHost h1(1);
-    Options options;
-    options.only = "ucx";
-    auto t1 = CreateTransports(&h1, options);
-    if (!t1.ok()) ::_exit(2);
-    Memory m(Backing::kPrivate, 1 << 16, 23);
-    auto blob = t1.value()[0]->RegisterRegion(m.region());
-    if (!blob.ok()) ::_exit(3);
-    h1.Add(m.addr(), m.len());
-    const std::string address = t1.value()[0]->LocalAddress();
-    net::Writer w;
-    w.Put<uint64_t>(m.addr()).PutBytes(address).PutBytes(blob.value());
-    const uint64_t n = w.str().size();
-    const net::Deadline deadline = net::DeadlineIn(60000);
-    if (!net::SendAll(sv[1], &n, sizeof(n), deadline).ok() || !net::SendAll(sv[1], w.str().data(), n, deadline).ok()) {
-      ::_exit(4);
-    }
-    char c;
-    (void)net::RecvAll(sv[1], &c, 1, deadline);  // the parent kills it first
-    ::_exit(0);
-  }
-  ::close(sv[1]);
-  struct Reap {
-    pid_t pid;
-    int fd;
-    ~Reap() {
-      if (pid > 0) {
-        ::kill(pid, SIGKILL);
-        ::waitpid(pid, nullptr, 0);
-      }
-      ::close(fd);
-    }
-  } reap{child, sv[0]};
-  const net::Deadline deadline = net::DeadlineIn(60000);
-  uint64_t n = 0;
-  Status got = net::RecvAll(sv[0], &n, sizeof(n), deadline);
-  ASSERT_TRUE(got.ok()) << got.message();
-  ASSERT_LT(n, uint64_t{1} << 20);
-  std::string msg(n, '\0');
-  got = net::RecvAll(sv[0], msg.data(), n, deadline);
-  ASSERT_TRUE(got.ok()) << got.message();
-  net::Reader r(msg);
-  uint64_t addr = 0;
-  std::string address, blob;
-  ASSERT_TRUE(r.Get(&addr) && r.GetBytes(&address) && r.GetBytes(&blob));
+  UcxPeerProcess peer;
+  ASSERT_TRUE(peer.Start());
+  const pid_t child = peer.pid();
+  const uint64_t addr = peer.addr;
   {
     TestHost h0(0, 2000);
     Options options;
@@ -269,16 +222,14 @@ TEST(UcxAtomics, AnAtomicToAPeerThatStopsAndDiesFailsAndLeavesNothingBehind) {
     // atomic waits in UCX's queue past the timeout; then it dies, and UCX
     // 1.13 never completes that request.
     ASSERT_EQ(::kill(child, SIGSTOP), 0);
-    ASSERT_TRUE(a.Connect(1, address, {}).ok());
-    auto k = a.UnpackKey(1, addr, 1 << 16, blob);
+    ASSERT_TRUE(a.Connect(1, peer.address, {}).ok());
+    auto k = a.UnpackKey(1, addr, UcxPeerProcess::kPeerBytes, peer.blob);
     ASSERT_TRUE(k.ok()) << k.status().message();
     uint64_t old = 7;
     Status s = a.Atomic(1, *k.value(), AtomicOp::kAdd, addr, 1, 0, &old);
     EXPECT_FALSE(s.ok()) << "an atomic to a stopped peer succeeded";
     EXPECT_NE(s.message().find("rank 1"), std::string::npos) << s.message();
-    ASSERT_EQ(::kill(child, SIGKILL), 0);
-    ASSERT_EQ(::waitpid(child, nullptr, 0), child);
-    reap.pid = -1;
+    peer.Kill();
     s = a.Atomic(1, *k.value(), AtomicOp::kAdd, addr, 1, 0, &old);
     EXPECT_FALSE(s.ok()) << "an atomic to a dead peer succeeded";
     k = Status(Errc::kInternal, "released");  // the key goes before its transport

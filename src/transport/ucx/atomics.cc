@@ -213,7 +213,7 @@ Status Atomics::Apply(const UcxKey& k, AtomicOp op, uint64_t addr, uint64_t oper
   }
   // Done with what this thread took from the worker, so that nothing is left
   // half done for a progress thread asleep in poll (rather than waking it).
-  w_->DrainLocked();
+  w_->FinishLocked();
   lock.unlock();
   switch (static_cast<AtomicStatus>(reply.status)) {
     case AtomicStatus::kOk: *old = reply.old; return Status::Ok();

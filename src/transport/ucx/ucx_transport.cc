@@ -282,6 +282,11 @@ class UcxTransport final : public Transport {
 
   bool Poll() override { return w_ && w_->PollOnce(); }
 
+  ProgressCounts Counts() const {
+    if (!w_) return {};
+    return {.aside_sleeps = w_->AsideSleeps(), .caller_sleeps = w_->CallerSleeps()};
+  }
+
  private:
   static bool Parse(std::string_view address, std::string* host, std::string* worker_address, uint16_t* port) {
     net::Reader r(address);
@@ -396,6 +401,11 @@ class UcxTransport final : public Transport {
 };
 
 }  // namespace
+
+ProgressCounts CountProgress(const Transport& t) {
+  const auto* u = dynamic_cast<const UcxTransport*>(&t);
+  return u ? u->Counts() : ProgressCounts{};
+}
 
 Result<std::unique_ptr<Transport>> CreateUcxTransport(Host* host, const Options& options) {
   HIXL_ASSIGN_OR_RETURN(const UcxOptions parsed, ParseOptions(options));

@@ -35,4 +35,15 @@ namespace hixl::transport::ucx {
 
 Result<std::unique_ptr<Transport>> CreateUcxTransport(Host* host, const Options& options);
 
+// For tests: what a UCX transport's progress thread did (zeros for any
+// other transport).  aside_sleeps: times it slept standing aside for a
+// caller that progresses the worker itself (worker.h), or napping for the
+// worker's mutex; caller_sleeps: times such a caller slept instead (the
+// thread then serves the network again, and a reply may wake it).
+struct ProgressCounts {
+  int64_t aside_sleeps = 0;
+  int64_t caller_sleeps = 0;
+};
+ProgressCounts CountProgress(const Transport& t);
+
 }  // namespace hixl::transport::ucx

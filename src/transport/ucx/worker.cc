@@ -7,9 +7,11 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <string_view>
 
 #include "base/log.h"
@@ -169,6 +171,8 @@ void Worker::Kick() {
 }
 
 bool Worker::PollOnce() {
+  // Only waits call this, and a wait that finds nothing sleeps next.
+  NeedProgress();
   std::unique_lock lock(mu, std::try_to_lock);
   if (!lock.owns_lock()) return false;
   if (ucp_worker_progress(worker) == 0) return false;
@@ -176,6 +180,68 @@ bool Worker::PollOnce() {
   // put_signal's latency on 2 CPUs.
   DrainLocked();
   return true;
+}
+
+void Worker::NeedProgress() {
+  if (aside_until_ns_.load(std::memory_order_relaxed) != 0) aside_until_ns_.store(0, std::memory_order_seq_cst);
+  // After the store: the progress thread sets aside_ before it looks at
+  // aside_until_ns_ again, so either it sees the store or this sees aside_.
+  if (aside_.load(std::memory_order_seq_cst)) Kick();
+}
+
+bool Worker::StandAside() {
+  const auto aside = [this](int64_t now) {
+    return spinners_.load(std::memory_order_seq_cst) > 0 || now < aside_until_ns_.load(std::memory_order_seq_cst);
+  };
+  if (!aside(NowNs())) return false;
+  aside_.store(true, std::memory_order_seq_cst);
+  const int64_t now = NowNs();
+  if (stop_.load() || !aside(now)) {
+    aside_.store(false, std::memory_order_relaxed);
+    return false;
+  }
+  // Until the caller's linger ends, or for as long again while one spins.
+  const int64_t until = aside_until_ns_.load(std::memory_order_relaxed);
+  const int64_t ns = std::max<int64_t>(until - now, kAsideAfterSpin.count() * 1000);
+  Nap(ns);
+  aside_.store(false, std::memory_order_relaxed);
+  return true;
+}
+
+void Worker::Nap(int64_t ns) {
+  aside_sleeps_.fetch_add(1, std::memory_order_relaxed);
+  const timespec ts{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
+  pollfd fd{wake_.get(), POLLIN, 0};
+  if (::ppoll(&fd, 1, &ts, nullptr) > 0) {
+    uint64_t count;
+    (void)!::read(wake_.get(), &count, sizeof(count));
+  }
+}
+
+bool Worker::LockUnlessSpinning() {
+  for (int tries = 1;; ++tries) {
+    if (mu.try_lock()) {
+      if (spinners_.load(std::memory_order_seq_cst) == 0) return true;
+      mu.unlock();  // taken in a spinning caller's drop of mu between two of its rounds: given back
+      return false;
+    }
+    if (spinners_.load(std::memory_order_seq_cst) > 0 || stop_.load()) return false;
+    if (tries % kYieldsBeforeNap != 0) {
+      ::sched_yield();
+      continue;
+    }
+    // Held long by a thread that does not progress (a connection, a
+    // registration): a nap, not a CPU spent yielding.
+    Nap(kLockNap.count() * 1000);
+  }
+}
+
+void Worker::FinishLocked() {
+  if (aside_.load(std::memory_order_seq_cst)) {
+    NotifyLocked();
+    return;
+  }
+  DrainLocked();
 }
 
 void Worker::DrainLocked() {
@@ -226,10 +292,12 @@ void Worker::Run() {
   // request it served (whichever thread's progress ran its handler).
   auto awake_until = net::Clock::now();
   while (!stop_.load()) {
+    if (StandAside()) continue;
     ucs_status_t armed;
     bool spin = false;
     {
-      std::lock_guard lock(mu);
+      if (!LockUnlessSpinning()) continue;
+      std::lock_guard lock(mu, std::adopt_lock);
       const unsigned progressed = ucp_worker_progress(worker);
       if (acceptor) acceptor->Serve();  // what the listener's callbacks queued, here or in another thread's progress
       if (served_request) {
@@ -259,8 +327,20 @@ void Worker::Run() {
     // in CI: an atomic's request lay unanswered on an idle rank for the
     // whole 120 s timeout; ucxx's issue 15 reports the same of UCX before
     // 1.14), and a progress call every kIdlePollMs recovers it.
+    // Asleep here, the thread would be woken by each reply to a caller that
+    // starts to spin meanwhile -- within this one poll, which finds the
+    // event fd quiet again (the caller took the reply) and sleeps on, so
+    // it would never stand aside: a caller that starts to spin kicks it
+    // out (Spinning).  polling_ first, then spinners_; the caller the
+    // other way round.
+    polling_.store(true, std::memory_order_seq_cst);
+    if (spinners_.load(std::memory_order_seq_cst) > 0) {
+      polling_.store(false, std::memory_order_relaxed);
+      continue;
+    }
     pollfd fds[2] = {{efd_, POLLIN, 0}, {wake_.get(), POLLIN, 0}};
     int r = ::poll(fds, 2, armed == UCS_OK ? kIdlePollMs : 10);
+    polling_.store(false, std::memory_order_relaxed);
     if (r > 0 && (fds[1].revents & POLLIN)) {
       uint64_t count;
       ssize_t n = ::read(wake_.get(), &count, sizeof(count));

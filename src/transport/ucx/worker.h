@@ -62,7 +62,9 @@ class Worker {
   // whenever there is nothing to do -- but for spin_us after it served a
   // peer's request, polling and yielding the CPU between polls: a peer that
   // signals or updates a word in a loop finds it awake, where waking an
-  // idle CPU costs more than the round trip (docs/ucx.md).
+  // idle CPU costs more than the round trip (docs/ucx.md).  While a caller
+  // of this process progresses the worker itself (ProgressUntil), and for
+  // kAsideAfterSpin after, it stands aside (StandAside).
   Status StartProgressThread(int64_t spin_us);
   void StopProgressThread();
   // Wakes the progress thread: a caller that progressed the worker itself
@@ -78,6 +80,11 @@ class Worker {
   // request completed.  For a caller done with ProgressUntil, in place of
   // a kick.  mu held.
   void DrainLocked();
+  // DrainLocked, but where the progress thread stands aside (it progresses
+  // before it arms when it comes back, so nothing is left for it half done
+  // meanwhile), only the wake-up of those asleep in ProgressUntil: a caller
+  // in a loop of atomics saves a progress round per call.  mu held.
+  void FinishLocked();
 
   // Progresses the worker until done() holds or the deadline passes (lock
   // holds mu); returns done().  While progress finds work, this thread does
@@ -85,8 +92,14 @@ class Worker {
   // until the network has something or another thread completes a request
   // (SleepLocked), rather than competing for the CPU with the processes it
   // waits on.
+  //
+  // While this thread spins, the progress thread stands aside (Run): it
+  // would only be woken by the very reply this thread waits for, and on two
+  // CPUs its wake-up lands on the CPU of the peer's progress thread or of
+  // this one.
   template <typename Done>
   bool ProgressUntil(std::unique_lock<std::mutex>& lock, net::Deadline deadline, Done done) {
+    Spinning spinning(this);
     for (auto last_work = net::Clock::now();;) {
       const auto now = net::Clock::now();
       if (ucp_worker_progress(worker) != 0) last_work = now;
@@ -97,14 +110,29 @@ class Worker {
         lock.lock();
         continue;
       }
-      // The progress thread is kicked first, for the reason above; the bound
-      // on the wait is a safety net only.
+      // Asleep, this thread progresses the worker only when woken: the
+      // progress thread takes the worker back, and is kicked first, for the
+      // reason above; the bound on the wait is a safety net only.
+      spinning.Pause();
+      caller_sleeps_.fetch_add(1, std::memory_order_relaxed);
       ++waiters_;
       Kick();
       SleepLocked(lock);
       --waiters_;
+      spinning.Resume();
     }
   }
+
+  // For a thread about to wait for what peers' messages bring (a signal, a
+  // barrier's flag) without progressing the worker itself: the progress
+  // thread, if it stands aside, serves the network again now.
+  void NeedProgress();
+
+  // For tests: how often the progress thread went to sleep standing aside
+  // (or napping for the mutex), and how often a caller in ProgressUntil
+  // went to sleep.
+  int64_t AsideSleeps() const { return aside_sleeps_.load(std::memory_order_relaxed); }
+  int64_t CallerSleeps() const { return caller_sleeps_.load(std::memory_order_relaxed); }
 
  private:
   // A wait progresses the worker itself for this long without finding work
@@ -117,8 +145,64 @@ class Worker {
   // The progress thread progresses the worker at least this often (ms),
   // woken by its event fd or not (see Run).
   static constexpr int kIdlePollMs = 100;
+  // How long the progress thread stays aside after the last spinning
+  // caller left (Run): a caller that calls again at once (a loop of remote
+  // atomics) finds it still asleep, not woken by each reply.  While callers
+  // spin, it wakes this often to look again: each wake-up takes a CPU from
+  // someone for a few microseconds (at 200 us, fetch_add over two network
+  // namespaces was 1-2 us slower than at 1 ms; at 50 us, slower still).  A
+  // peer's request that arrives after the caller left, while this process
+  // calls nothing, waits at most this long; a wait in the library ends the
+  // stand-aside at once (NeedProgress).
+  static constexpr std::chrono::microseconds kAsideAfterSpin{1000};
+  // LockUnlessSpinning: tries (yielding between) before a nap of kLockNap.
+  static constexpr int kYieldsBeforeNap = 64;
+  static constexpr std::chrono::microseconds kLockNap{100};
+
+  // Counts the caller in ProgressUntil as spinning while it is in scope
+  // (but for Pause .. Resume), and marks when it left.
+  class Spinning {
+   public:
+    explicit Spinning(Worker* w) : w_(w) { Resume(); }
+    ~Spinning() { Leave(NowNs() + kAsideAfterSpin.count() * 1000); }
+    Spinning(const Spinning&) = delete;
+    Spinning& operator=(const Spinning&) = delete;
+    // A progress thread asleep on the event fd is kicked out, to stand aside.
+    void Resume() {
+      w_->spinners_.fetch_add(1, std::memory_order_seq_cst);
+      if (w_->polling_.load(std::memory_order_seq_cst)) w_->Kick();
+    }
+    // Before the caller sleeps: the progress thread comes back at once.
+    void Pause() { Leave(0); }
+
+   private:
+    void Leave(int64_t aside_until_ns) {
+      w_->aside_until_ns_.store(aside_until_ns, std::memory_order_seq_cst);
+      w_->spinners_.fetch_sub(1, std::memory_order_seq_cst);
+    }
+
+    Worker* w_;
+  };
+  static int64_t NowNs() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(net::Clock::now().time_since_epoch()).count();
+  }
 
   void Run();
+  // Run's stand-aside: while a caller spins in ProgressUntil, or did until
+  // kAsideAfterSpin ago, sleeps on wake_ alone (not on the worker's event
+  // fd) for at most that long and returns true; false once neither holds.
+  bool StandAside();
+  // Takes mu for the progress thread, unless a caller spins in
+  // ProgressUntil meanwhile (false: Run stands aside instead).  Never
+  // sleeps in the mutex: a spinning caller drops mu and takes it again at
+  // once, and a thread asleep in the mutex would be woken by each drop and
+  // lose the race each time, costing the caller a system call a round and
+  // the peer's progress thread its CPU (seen over two network namespaces).
+  // It yields instead, and naps for kLockNap after every kYieldsBeforeNap
+  // tries.
+  bool LockUnlessSpinning();
+  // Sleeps on wake_ alone for at most ns nanoseconds (a kick ends it).
+  void Nap(int64_t ns);
   // ProgressUntil's sleep (mu held, released while asleep): on the worker's
   // event fd itself, armed, and on this thread's own eventfd, which
   // NotifyLocked writes; so a reply from the network wakes the caller at
@@ -134,9 +218,16 @@ class Worker {
   net::Fd wake_;                       // wakes the progress thread
   std::atomic<bool> stop_{false};
   std::thread thread_;
-  std::condition_variable progressed_;  // with mu: the progress thread completed something
-  int waiters_ = 0;                     // guarded by mu: threads asleep in ProgressUntil
-  std::vector<int> sleeper_fds_;        // guarded by mu: the eventfds of those asleep on the event fd
+  std::condition_variable progressed_;      // with mu: the progress thread completed something
+  int waiters_ = 0;                         // guarded by mu: threads asleep in ProgressUntil
+  std::vector<int> sleeper_fds_;            // guarded by mu: the eventfds of those asleep on the event fd
+  std::atomic<int> spinners_{0};            // callers spinning in ProgressUntil
+  std::atomic<int64_t> aside_until_ns_{0};  // the progress thread stands aside until then (steady clock)
+  std::atomic<int64_t> aside_sleeps_{0};    // AsideSleeps
+  std::atomic<int64_t> caller_sleeps_{0};   // CallerSleeps
+  std::atomic<bool> aside_{false};
+  std::atomic<bool> polling_{
+      false};  // the progress thread sleeps on the event fd (or is about to)          // it does now (or is about to)
 };
 
 }  // namespace hixl::transport::ucx
