@@ -10,6 +10,7 @@
 #                                           # NETNS_DELAY_LINK where the kernel has no netem)
 #   ip netns exec "${NETNS[0]}" ...
 #   NETNS_PIDS+=($!)                        # killed on exit
+#   netns_pair PORT PROGRAM ARGS...          # a two-rank world, one rank in each
 #
 # Needs root and iproute2; netns_make fails (NETNS_WHY says why) where
 # namespaces cannot be made, so that callers can skip.
@@ -101,6 +102,26 @@ netns_delay_link() {
     fi
   done
   NETNS_DELAY_HOW="TAP devices joined by delay_link (no netem in this kernel), $us us each way"
+}
+
+# netns_pair PORT PROGRAM ARGS...: PROGRAM as a world of two ranks, rank I
+# in namespace I, started as a launcher would (RANK, WORLD_SIZE,
+# MASTER_ADDR the first namespace's address, MASTER_PORT=PORT), with
+# HIXL_NET_DEV the rank's end of the link and the NAME=VALUE words of the
+# array NETNS_PAIR_ENV set for both, each killed after 300 s; rank I's
+# output goes to NETNS_TMP/rankI.log.  Fails if either rank fails.
+NETNS_PAIR_ENV=()
+netns_pair() {
+  local port=$1 r p ok=0 ranks=()
+  shift
+  for r in 0 1; do
+    ip netns exec "${NETNS[$r]}" env RANK=$r WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 MASTER_ADDR="${NETNS_ADDR[0]}" \
+      MASTER_PORT="$port" HIXL_NET_DEV="${NETNS_DEV[$r]}" "${NETNS_PAIR_ENV[@]}" timeout -s KILL 300 "$@" \
+      >"${NETNS_TMP:?}/rank$r.log" 2>&1 &
+    ranks+=($!)
+  done
+  for p in "${ranks[@]}"; do wait "$p" || ok=1; done
+  return $ok
 }
 
 # netns_rx_bytes I: bytes received so far on namespace I's end of the veth.

@@ -1,15 +1,21 @@
 #!/usr/bin/env bash
-# The loopback figures of docs/ucx.md: hixl's put and get of 64 MiB over the
+# The bandwidth figures of docs/ucx.md: hixl's put and get of 64 MiB over the
 # ucx transport on TCP, against iperf3 (TCP itself) and ucx_perftest (UCX's
 # own RMA benchmark, same transport), measured in turns in one run.
 #
-#   ucx_perf.sh BUILD_DIR [ROUNDS (default 3)]
+#   ucx_perf.sh [--netns] BUILD_DIR [ROUNDS (default 3)]
+#
+# --netns: across two "hosts" instead of loopback: two network namespaces
+# joined by a veth pair (tests/mp/netns_lib.sh; needs root), every server
+# and rank 0 in one, every client and rank 1 in the other.
 #
 # Prints each measurement (GB/s = 1e9 bytes/s) and hixl's ratios to the
 # references within each round, then the median of each over the rounds.  Needs iperf3 and ucx_perftest (Debian: iperf3,
 # ucx-utils).  Not a ctest: timing on a shared machine is noisy.
 set -u
-build=${1:?usage: ucx_perf.sh BUILD_DIR [ROUNDS]}
+netns=0
+[[ ${1:-} == --netns ]] && { netns=1; shift; }
+build=${1:?usage: ucx_perf.sh [--netns] BUILD_DIR [ROUNDS]}
 rounds=${2:-3}
 size=$((64 << 20))
 for tool in iperf3 ucx_perftest python3 ss; do
@@ -21,14 +27,33 @@ hixlrun=$build/tools/hixlrun bw=$build/tests/mp/put_get_bw
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 out=$(mktemp -d)
 server=
-cleanup() { [[ -n $server ]] && kill "$server" 2>/dev/null; rm -rf "$out"; }
+cleanup() {
+  [[ -n $server ]] && kill "$server" 2>/dev/null
+  [[ $netns -eq 1 ]] && netns_remove
+  rm -rf "$out"
+}
 trap cleanup EXIT
+
+# in_ns I COMMAND...: COMMAND on "host" I (both are this host without --netns).
+in_ns() {
+  local i=$1
+  shift
+  if [[ $netns -eq 1 ]]; then ip netns exec "${NETNS[$i]}" "$@"; else "$@"; fi
+}
+server_addr=127.0.0.1
+if [[ $netns -eq 1 ]]; then
+  source "$(dirname "$0")/netns_lib.sh"
+  NETNS_TMP=$out
+  trap cleanup EXIT  # ours, which removes the namespaces too
+  netns_make ucxbw || { echo "--netns: $NETNS_WHY"; exit 2; }
+  server_addr=${NETNS_ADDR[0]}
+fi
 
 # Waits (at most 10 s) until something listens on TCP port $1.
 wait_listen() {
   local i
   for i in $(seq 200); do
-    ss -Hltn "sport = :$1" | grep -q . && return 0
+    in_ns 0 ss -Hltn "sport = :$1" | grep -q . && return 0
     sleep 0.05
   done
   return 1
@@ -37,9 +62,9 @@ wait_listen() {
 # iperf3: one TCP stream, 5 s; the receiver's rate.
 iperf() {
   local port; port=$(free_port)
-  iperf3 -s -1 -p "$port" >/dev/null 2>&1 & server=$!
+  in_ns 0 iperf3 -s -1 -p "$port" >/dev/null 2>&1 & server=$!
   wait_listen "$port"
-  iperf3 -c 127.0.0.1 -p "$port" -t 5 -J >"$out/iperf.json" 2>/dev/null
+  in_ns 1 iperf3 -c "$server_addr" -p "$port" -t 5 -J >"$out/iperf.json" 2>/dev/null
   kill "$server" 2>/dev/null; wait "$server" 2>/dev/null; server=  # -1: it has exited unless no test ran
   python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["end"]["sum_received"]["bits_per_second"] / 8e9)' \
     "$out/iperf.json" 2>/dev/null
@@ -49,10 +74,10 @@ iperf() {
 perftest() {
   local test=$1 port line i; shift
   port=$(free_port)
-  env UCX_TLS=tcp "$@" timeout 120 ucx_perftest -p "$port" >/dev/null 2>&1 & server=$!
+  in_ns 0 env UCX_TLS=tcp "$@" timeout 120 ucx_perftest -p "$port" >/dev/null 2>&1 & server=$!
   wait_listen "$port"
-  line=$(env UCX_TLS=tcp "$@" timeout 120 ucx_perftest 127.0.0.1 -p "$port" -t "$test" -s $size -n 20 -w 2 \
-         2>/dev/null | grep '^Final')
+  line=$(in_ns 1 env UCX_TLS=tcp "$@" timeout 120 ucx_perftest "$server_addr" -p "$port" -t "$test" -s $size -n 20 \
+         -w 2 2>/dev/null | grep '^Final')
   kill "$server" 2>/dev/null; wait "$server" 2>/dev/null; server=
   # Final: iterations, latency (typical, avg, overall), bandwidth MB/s (avg, overall), msg rate
   awk '{print $7 * 1048576 / 1e9}' <<<"$line"
@@ -60,7 +85,13 @@ perftest() {
 
 # hixl: put_get_bw's medians.
 hixl() {
-  HIXL_TRANSPORT=ucx UCX_TLS=tcp,self timeout 300 "$hixlrun" -n 2 --timeout 250 "$bw" $size 20 >"$out/hixl.txt" 2>&1
+  if [[ $netns -eq 1 ]]; then
+    NETNS_PAIR_ENV=(HIXL_TRANSPORT=ucx UCX_TLS=tcp,self)
+    netns_pair "$(free_port)" "$bw" $size 20
+    cat "$out/rank0.log" "$out/rank1.log" >"$out/hixl.txt"
+  else
+    HIXL_TRANSPORT=ucx UCX_TLS=tcp,self timeout 300 "$hixlrun" -n 2 --timeout 250 "$bw" $size 20 >"$out/hixl.txt" 2>&1
+  fi
   awk '/^put/ {p=$5} /^get/ {g=$5} END {print p, g}' "$out/hixl.txt"
 }
 
