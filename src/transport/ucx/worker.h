@@ -103,6 +103,9 @@ class Worker {
     for (auto last_work = net::Clock::now();;) {
       const auto now = net::Clock::now();
       if (ucp_worker_progress(worker) != 0) last_work = now;
+      // What the listener's callbacks queued: the progress thread, standing
+      // aside, does not serve it meanwhile.
+      if (acceptor) acceptor->Serve();
       if (done()) return true;
       if (now >= deadline) return false;
       if (now - last_work < kSpinBeforeSleep) {
