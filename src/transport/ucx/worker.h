@@ -228,9 +228,10 @@ class Worker {
   std::atomic<int64_t> aside_until_ns_{0};  // the progress thread stands aside until then (steady clock)
   std::atomic<int64_t> aside_sleeps_{0};    // AsideSleeps
   std::atomic<int64_t> caller_sleeps_{0};   // CallerSleeps
+  // The progress thread stands aside now (or is about to): StandAside.
   std::atomic<bool> aside_{false};
-  std::atomic<bool> polling_{
-      false};  // the progress thread sleeps on the event fd (or is about to)          // it does now (or is about to)
+  // It sleeps on the worker's event fd now (or is about to): Run, Spinning.
+  std::atomic<bool> polling_{false};
 };
 
 }  // namespace hixl::transport::ucx
