@@ -70,8 +70,13 @@ Status DisseminationBarrier::Run(const BeforeSignal& before_signal) {
     if (before_signal) HIXL_RETURN_IF_ERROR(before_signal(k, to));
     Status s = signal_(to, k, epoch);
     if (!s.ok()) {
-      // A peer that died is the cause worth naming, whichever it is.
-      HIXL_RETURN_IF_ERROR(ProbeFor(nullptr));
+      // A peer that died is the cause worth naming, whichever it is; where
+      // this one is gone, the store may not have heard yet (Options).
+      const auto wait =
+          s.code() == Errc::kPeerFailed
+              ? std::min(opt_.death_news, std::chrono::milliseconds(std::max<int64_t>(opt_.timeout_ms, 0)))
+              : std::chrono::milliseconds(0);
+      HIXL_RETURN_IF_ERROR(ProbeFor(nullptr, wait));
       return Err(s.code(), "hixl_barrier: rank {} cannot signal rank {} (round {} of {}): {}", opt_.rank, to, k + 1,
                  rounds, s.message());
     }

@@ -63,6 +63,11 @@ class DisseminationBarrier {
     bool yield = false;
     int64_t timeout_ms = 60000;  // bound on one barrier
     std::chrono::milliseconds probe_every{50};
+    // A signal that failed because its peer is gone waits up to this long
+    // for the store to hear of a death (capped by timeout_ms): the peer may
+    // have left because another rank died, and the store, which names the
+    // rank that died, may hear of it after this rank's transport did.
+    std::chrono::milliseconds death_news{1000};
     // Sleep slice for a peer whose signal does not wake us.
     std::chrono::microseconds poll_slice{100};
     // Called now and then while the wait spins (may be empty): serves the
@@ -76,7 +81,8 @@ class DisseminationBarrier {
   // FlagOffset(round) of the peer's block), complete when it returns.
   using Signal = std::function<Status(int peer, size_t round, uint64_t epoch)>;
   // Ok, or kPeerFailed naming a dead peer; the error starts with `api`.
-  using Probe = std::function<Status(const char* api)>;
+  // `wait`: how long to wait for news of a death (0: ask only).
+  using Probe = std::function<Status(const char* api, std::chrono::milliseconds wait)>;
   // Whether `peer`'s Signal wakes a futex sleeper on our flag word.
   using Wakes = std::function<bool(int peer)>;
 
@@ -116,7 +122,9 @@ class DisseminationBarrier {
   // api: nullptr for a barrier round (its messages name the round).
   Status Wait(size_t round, int from, uint64_t epoch, Clock::time_point deadline, const char* api = nullptr);
   // The probe, its errors starting with api (the barrier's name when null).
-  Status ProbeFor(const char* api) const { return probe_(api != nullptr ? api : "hixl_barrier"); }
+  Status ProbeFor(const char* api, std::chrono::milliseconds wait = {}) const {
+    return probe_(api != nullptr ? api : "hixl_barrier", wait);
+  }
   // After a wait of `waited` (that slept or not; that outlasted the pause
   // part of the spin or not): the next spin.
   void Adapt(Clock::duration waited, bool slept, bool past_pause);

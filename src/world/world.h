@@ -92,8 +92,13 @@ class WorldImpl final : private Session::Delegate {
   Status TakeNotifications(size_t max, bool wait, int64_t timeout_ms, std::vector<Notification>* out);
   // kPeerFailed naming the rank when the store knows a rank has died (as
   // barrier learns it), else Ok; one store round trip.  Waits for a peer's
-  // signal or notification ask it between slices of their sleep.
-  Status DeadPeer(const char* api) const;
+  // signal or notification ask it between slices of their sleep.  With a
+  // `wait`, it waits that long for the store to hear of a death (returning
+  // as soon as it has): for a call that failed because its peer is gone.
+  Status DeadPeer(const char* api, std::chrono::milliseconds wait = {}) const;
+  // How long a call that failed because its peer is gone waits for the
+  // store to name a rank that died (it may have heard after our transport).
+  std::chrono::milliseconds DeathNews() const;
 
   // Collective; leaves the world.  The object is unusable afterwards.
   Status Finalize();
@@ -212,6 +217,10 @@ class WorldImpl final : private Session::Delegate {
 // How often a wait for a peer (its signal, notification or broadcast ring
 // slot) asks the store whether a peer has died.
 inline constexpr std::chrono::milliseconds kProbeEvery{50};
+// The most a call that failed because its peer is gone waits for the store
+// to hear of a death (WorldImpl::DeathNews, capped by HIXL_TIMEOUT_MS).
+inline constexpr std::chrono::milliseconds kDeathNews{1000};
+inline constexpr std::chrono::milliseconds kNoWait{0};
 
 // Signal words: validation and a test without waiting.
 Status CheckCmp(int cmp);

@@ -39,11 +39,12 @@ void WorldImpl::StartBarrier() {
   o.spin_ceiling_us = cfg_.barrier_spin_us;
   o.yield = host_ranks_ > ncpu;
   o.timeout_ms = cfg_.timeout_ms;
+  o.death_news = DeathNews();
   o.poll = [this] { (void)session_->PollTransports(); };
   barrier_ = std::make_unique<DisseminationBarrier>(
       o, static_cast<uint64_t*>(barrier_block_),
       [this](int to, size_t round, uint64_t epoch) { return SignalBarrier(to, round, epoch); },
-      [this](const char* api) { return DeadPeer(api); },
+      [this](const char* api, std::chrono::milliseconds wait) { return DeadPeer(api, wait); },
       [this](int from) { return peer(from).transport().caps().wakes_waiters; });
 }
 

@@ -201,7 +201,9 @@ Result<bool> WorldImpl::RingSend(int to, const char* slot, size_t n, size_t line
   }
   Status s = PutSignal(to, slot, addr, n, flag, epoch, HIXL_SIGNAL_SET);
   if (!s.ok()) {
-    HIXL_RETURN_IF_ERROR(DeadPeer("hixl_broadcast"));  // a peer that died is the cause worth naming
+    // A peer that died is the cause worth naming (and the store may hear of
+    // it after our transport did).
+    HIXL_RETURN_IF_ERROR(DeadPeer("hixl_broadcast", s.code() == Errc::kPeerFailed ? DeathNews() : kNoWait));
     return Err(s.code(), "hixl_broadcast: rank {} cannot send rank {} its chunk: {}", rank(), to, s.message());
   }
   return false;

@@ -196,13 +196,18 @@ Status WorldImpl::TakeNotifications(size_t max, bool wait, int64_t timeout_ms, s
   }
 }
 
-Status WorldImpl::DeadPeer(const char* api) const {
+Status WorldImpl::DeadPeer(const char* api, std::chrono::milliseconds wait) const {
   if (size() == 1) return Status::Ok();
-  // The store fails a wait that would block once it knows a rank died; a
-  // wait of 0 ms on a key nobody sets only asks.
-  Status s = store_->WaitAtLeast("hixl/dead-peer-probe", 1, 0);
+  // The store fails a wait that would block once it knows a rank died (and
+  // a parked one as soon as it learns); a wait of 0 ms on a key nobody sets
+  // only asks.
+  Status s = store_->WaitAtLeast("hixl/dead-peer-probe", 1, wait.count());
   if (s.code() != Errc::kPeerFailed) return Status::Ok();
   return Err(Errc::kPeerFailed, "{}: {}", api, s.message());
+}
+
+std::chrono::milliseconds WorldImpl::DeathNews() const {
+  return std::min(kDeathNews, std::chrono::milliseconds(std::max<int64_t>(cfg_.timeout_ms, 0)));
 }
 
 }  // namespace hixl::world

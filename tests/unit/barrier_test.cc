@@ -45,7 +45,7 @@ struct Ranks {
             ++signals;
             return Status::Ok();
           },
-          [](const char*) { return Status::Ok(); }, [wakes](int) { return wakes; }));
+          [](const char*, std::chrono::milliseconds) { return Status::Ok(); }, [wakes](int) { return wakes; }));
     }
   }
   std::vector<Block> blocks;
@@ -156,7 +156,7 @@ TEST(DisseminationBarrierTest, AWaitThatSleptCallsWaitedLong) {
           DisseminationBarrier::SignalMapped(ranks.blocks[static_cast<size_t>(to)].words, round, epoch);
           return Status::Ok();
         },
-        [](const char*) { return Status::Ok(); }, [](int) { return true; });
+        [](const char*, std::chrono::milliseconds) { return Status::Ok(); }, [](int) { return true; });
   }
   std::thread first([&] { EXPECT_TRUE(ranks.barriers[0]->Run().ok()); });
   // Rank 1 arrives once rank 0 sleeps: its own signal is there already.
@@ -179,7 +179,9 @@ TEST(DisseminationBarrierTest, ADeadPeerEndsTheWaitNamingIt) {
   std::atomic<int> probes{0};
   DisseminationBarrier b(
       o, block.words, [](int, size_t, uint64_t) { return Status::Ok(); },
-      [&](const char*) { return ++probes < 3 ? Status::Ok() : Err(Errc::kPeerFailed, "hixl_barrier: rank 1 left"); },
+      [&](const char*, std::chrono::milliseconds) {
+        return ++probes < 3 ? Status::Ok() : Err(Errc::kPeerFailed, "hixl_barrier: rank 1 left");
+      },
       [](int) { return true; });
   const auto start = Clock::now();
   Status s = b.Run();
@@ -197,8 +199,8 @@ TEST(DisseminationBarrierTest, ASilentPeerTimesOutNamingIt) {
   o.spin_ceiling_us = 100;
   o.timeout_ms = 50;
   DisseminationBarrier b(
-      o, block.words, [](int, size_t, uint64_t) { return Status::Ok(); }, [](const char*) { return Status::Ok(); },
-      [](int) { return true; });
+      o, block.words, [](int, size_t, uint64_t) { return Status::Ok(); },
+      [](const char*, std::chrono::milliseconds) { return Status::Ok(); }, [](int) { return true; });
   Status s = b.Run();
   EXPECT_EQ(s.code(), Errc::kTimeout);
   // Round 1: rank 2 waits for rank 1.
@@ -213,7 +215,7 @@ TEST(DisseminationBarrierTest, AFailedSignalNamesThePeer) {
   o.size = 4;
   DisseminationBarrier b(
       o, block.words, [](int to, size_t, uint64_t) { return Err(Errc::kTransport, "broken pipe to {}", to); },
-      [](const char*) { return Status::Ok(); }, [](int) { return true; });
+      [](const char*, std::chrono::milliseconds) { return Status::Ok(); }, [](int) { return true; });
   Status s = b.Run();
   EXPECT_EQ(s.code(), Errc::kTransport);
   EXPECT_NE(s.message().find("cannot signal rank 1"), std::string::npos) << s.message();
@@ -227,11 +229,71 @@ TEST(DisseminationBarrierTest, AFailedSignalToADeadPeerSaysItIsDead) {
   o.size = 2;
   DisseminationBarrier b(
       o, block.words, [](int, size_t, uint64_t) { return Err(Errc::kTransport, "connection reset"); },
-      [](const char*) { return Err(Errc::kPeerFailed, "hixl_barrier: rank 1 left without finalizing"); },
+      [](const char*, std::chrono::milliseconds) {
+        return Err(Errc::kPeerFailed, "hixl_barrier: rank 1 left without finalizing");
+      },
       [](int) { return true; });
   Status s = b.Run();
   EXPECT_EQ(s.code(), Errc::kPeerFailed);
   EXPECT_NE(s.message().find("rank 1"), std::string::npos) << s.message();
+}
+
+// The store in rank 0 may hear of a death after a survivor's transport
+// does: rank 1 learns that rank 2 died, fails its barrier and leaves; rank
+// 0's signal to rank 1 then fails first, with the store still to hear of
+// either (its thread had no CPU; CI saw the error name rank 1 alone).  A
+// failed signal that says the peer is gone waits a little for the store's
+// news, which names the rank that died.
+TEST(DisseminationBarrierTest, AFailedSignalToAGonePeerWaitsForTheStoresNews) {
+  Block block;
+  DisseminationBarrier::Options o;
+  o.rank = 0;
+  o.size = 3;
+  const auto known_at = Clock::now() + std::chrono::milliseconds(30);
+  std::vector<std::chrono::milliseconds> waits;
+  // A model of the store: it hears of rank 2's death at known_at, and a
+  // probe that may wait returns as soon as it has.
+  auto store = [&](const char* api, std::chrono::milliseconds wait) -> Status {
+    waits.push_back(wait);
+    const auto asked = Clock::now();
+    if (asked < known_at && asked + wait < known_at) {
+      std::this_thread::sleep_until(asked + wait);
+      return Status::Ok();
+    }
+    std::this_thread::sleep_until(known_at);
+    return Err(Errc::kPeerFailed, "{}: rank 2 left without finalizing; rank 1 failed too", api);
+  };
+  DisseminationBarrier b(
+      o, block.words,
+      [](int to, size_t, uint64_t) { return Err(Errc::kPeerFailed, "ucx: an atomic to rank {} failed", to); }, store,
+      [](int) { return true; });
+  Status s = b.Run();
+  EXPECT_EQ(s.code(), Errc::kPeerFailed);
+  EXPECT_NE(s.message().find("rank 2 left"), std::string::npos) << s.message();
+  ASSERT_EQ(waits.size(), 1u);
+  EXPECT_GE(waits[0], std::chrono::milliseconds(100));
+}
+
+// A failure that does not say the peer is gone asks the store once, and
+// does not wait for news.
+TEST(DisseminationBarrierTest, AFailedSignalToALivePeerDoesNotWait) {
+  Block block;
+  DisseminationBarrier::Options o;
+  o.rank = 0;
+  o.size = 2;
+  std::vector<std::chrono::milliseconds> waits;
+  DisseminationBarrier b(
+      o, block.words, [](int, size_t, uint64_t) { return Err(Errc::kTransport, "message too long"); },
+      [&](const char*, std::chrono::milliseconds wait) {
+        waits.push_back(wait);
+        return Status::Ok();
+      },
+      [](int) { return true; });
+  Status s = b.Run();
+  EXPECT_EQ(s.code(), Errc::kTransport);
+  EXPECT_NE(s.message().find("cannot signal rank 1"), std::string::npos) << s.message();
+  ASSERT_EQ(waits.size(), 1u);
+  EXPECT_EQ(waits[0], std::chrono::milliseconds(0));
 }
 
 }  // namespace
