@@ -11,7 +11,12 @@
 #   ip netns exec "${NETNS[0]}" ...
 #   NETNS_PIDS+=($!)                        # killed on exit
 #   netns_pair PORT PROGRAM ARGS...          # a two-rank world, one rank in each
+#   netns_in 1 COMMAND...                   # COMMAND on "host" 1 (this host before netns_make)
+#   netns_wait_listen PORT                  # until something listens on PORT on "host" 0
+#   port=$(netns_free_port)
 #
+# Sourcing it defines functions and the EXIT trap below, and makes nothing:
+# a script with a loopback mode may source it either way.
 # Needs root and iproute2; netns_make fails (NETNS_WHY says why) where
 # namespaces cannot be made, so that callers can skip.
 
@@ -122,6 +127,28 @@ netns_pair() {
   done
   for p in "${ranks[@]}"; do wait "$p" || ok=1; done
   return $ok
+}
+
+# netns_free_port: a TCP port that is free on this host now.
+netns_free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+# netns_in I COMMAND...: COMMAND in namespace I, or on this host itself
+# while no namespaces are made (a script's loopback mode).
+netns_in() {
+  local i=$1
+  shift
+  if [[ ${#NETNS[@]} -gt 0 ]]; then ip netns exec "${NETNS[$i]}" "$@"; else "$@"; fi
+}
+
+# netns_wait_listen PORT: waits (at most 10 s) until something listens on
+# TCP port PORT on "host" 0; fails after that.
+netns_wait_listen() {
+  local i
+  for i in $(seq 200); do
+    netns_in 0 ss -Hltn "sport = :$1" | grep -q . && return 0
+    sleep 0.05
+  done
+  return 1
 }
 
 # netns_rx_bytes I: bytes received so far on namespace I's end of the veth.

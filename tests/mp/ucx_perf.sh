@@ -24,7 +24,7 @@ done
 hixlrun=$build/tools/hixlrun bw=$build/tests/mp/put_get_bw
 [[ -x $hixlrun && -x $bw ]] || { echo "build $build first (hixlrun, put_get_bw)"; exit 2; }
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+source "$(dirname "$0")/netns_lib.sh"  # its helpers; namespaces only with --netns
 out=$(mktemp -d)
 server=
 cleanup() {
@@ -34,37 +34,19 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# in_ns I COMMAND...: COMMAND on "host" I (both are this host without --netns).
-in_ns() {
-  local i=$1
-  shift
-  if [[ $netns -eq 1 ]]; then ip netns exec "${NETNS[$i]}" "$@"; else "$@"; fi
-}
 server_addr=127.0.0.1
 if [[ $netns -eq 1 ]]; then
-  source "$(dirname "$0")/netns_lib.sh"
   NETNS_TMP=$out
-  trap cleanup EXIT  # ours, which removes the namespaces too
   netns_make ucxbw || { echo "--netns: $NETNS_WHY"; exit 2; }
   server_addr=${NETNS_ADDR[0]}
 fi
 
-# Waits (at most 10 s) until something listens on TCP port $1.
-wait_listen() {
-  local i
-  for i in $(seq 200); do
-    in_ns 0 ss -Hltn "sport = :$1" | grep -q . && return 0
-    sleep 0.05
-  done
-  return 1
-}
-
 # iperf3: one TCP stream, 5 s; the receiver's rate.
 iperf() {
-  local port; port=$(free_port)
-  in_ns 0 iperf3 -s -1 -p "$port" >/dev/null 2>&1 & server=$!
-  wait_listen "$port"
-  in_ns 1 iperf3 -c "$server_addr" -p "$port" -t 5 -J >"$out/iperf.json" 2>/dev/null
+  local port; port=$(netns_free_port)
+  netns_in 0 iperf3 -s -1 -p "$port" >/dev/null 2>&1 & server=$!
+  netns_wait_listen "$port"
+  netns_in 1 iperf3 -c "$server_addr" -p "$port" -t 5 -J >"$out/iperf.json" 2>/dev/null
   kill "$server" 2>/dev/null; wait "$server" 2>/dev/null; server=  # -1: it has exited unless no test ran
   python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["end"]["sum_received"]["bits_per_second"] / 8e9)' \
     "$out/iperf.json" 2>/dev/null
@@ -73,10 +55,10 @@ iperf() {
 # ucx_perftest TEST [VAR=VALUE...]: the "overall" bandwidth in GB/s.
 perftest() {
   local test=$1 port line i; shift
-  port=$(free_port)
-  in_ns 0 env UCX_TLS=tcp "$@" timeout 120 ucx_perftest -p "$port" >/dev/null 2>&1 & server=$!
-  wait_listen "$port"
-  line=$(in_ns 1 env UCX_TLS=tcp "$@" timeout 120 ucx_perftest "$server_addr" -p "$port" -t "$test" -s $size -n 20 \
+  port=$(netns_free_port)
+  netns_in 0 env UCX_TLS=tcp "$@" timeout 120 ucx_perftest -p "$port" >/dev/null 2>&1 & server=$!
+  netns_wait_listen "$port"
+  line=$(netns_in 1 env UCX_TLS=tcp "$@" timeout 120 ucx_perftest "$server_addr" -p "$port" -t "$test" -s $size -n 20 \
          -w 2 2>/dev/null | grep '^Final')
   kill "$server" 2>/dev/null; wait "$server" 2>/dev/null; server=
   # Final: iterations, latency (typical, avg, overall), bandwidth MB/s (avg, overall), msg rate
@@ -87,7 +69,7 @@ perftest() {
 hixl() {
   if [[ $netns -eq 1 ]]; then
     NETNS_PAIR_ENV=(HIXL_TRANSPORT=ucx UCX_TLS=tcp,self)
-    netns_pair "$(free_port)" "$bw" $size 20
+    netns_pair "$(netns_free_port)" "$bw" $size 20
     cat "$out/rank0.log" "$out/rank1.log" >"$out/hixl.txt"
   else
     HIXL_TRANSPORT=ucx UCX_TLS=tcp,self timeout 300 "$hixlrun" -n 2 --timeout 250 "$bw" $size 20 >"$out/hixl.txt" 2>&1
