@@ -31,6 +31,12 @@ namespace hixl::bootstrap {
 // 4 more.
 constexpr uint64_t kMaxGatherBytes = 64u << 20;
 
+// A key nobody sets: a WaitAtLeast on it ends only when the store knows a
+// rank died (kPeerFailed, naming it) or at its timeout.  The world asks it
+// whether a peer has died; the store's errors call it "news of a rank that
+// died", not by its name.
+inline constexpr char kDeathNewsKey[] = "hixl/death-news";
+
 class Store {
  public:
   virtual ~Store() = default;

@@ -7,6 +7,8 @@
 #include <chrono>
 #include <system_error>
 
+#include "bootstrap/store.h"
+
 namespace hixl::bootstrap::detail {
 
 net::Deadline After(int64_t ms) {
@@ -55,6 +57,7 @@ Status CheckGatherCount(const std::string& prefix, int64_t count) {
 }
 
 std::string WaitWhat(Op op, const std::string& key, int64_t target, const std::string& missing) {
+  if (op == Op::kWaitAtLeast && key == kDeathNewsKey) return "news of a rank that died";
   if (op == Op::kGet) return fmt::format("key {} to be set", Quote(key));
   if (op == Op::kGather) {
     return fmt::format("the {} keys {}0.. to be set ({} is not)", target, Quote(key), Quote(missing));

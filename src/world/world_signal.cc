@@ -201,7 +201,7 @@ Status WorldImpl::DeadPeer(const char* api, std::chrono::milliseconds wait) cons
   // The store fails a wait that would block once it knows a rank died (and
   // a parked one as soon as it learns); a wait of 0 ms on a key nobody sets
   // only asks.
-  Status s = store_->WaitAtLeast("hixl/dead-peer-probe", 1, wait.count());
+  Status s = store_->WaitAtLeast(bootstrap::kDeathNewsKey, 1, wait.count());
   if (s.code() != Errc::kPeerFailed) return Status::Ok();
   return Err(Errc::kPeerFailed, "{}: {}", api, s.message());
 }

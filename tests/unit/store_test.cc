@@ -486,6 +486,11 @@ TEST_F(TcpStoreTest, AFailureNamesEveryRankThatLeft) {
   EXPECT_EQ(both.code(), Errc::kPeerFailed) << both.ToString();
   EXPECT_TRUE(Contains(both.message(), "rank 2 left without finalizing")) << both.message();
   EXPECT_TRUE(Contains(both.message(), "; rank 3 failed too")) << both.message();
+  // The world's question "has a rank died?" is told in words, not by its key.
+  Status news = c1->WaitAtLeast(kDeathNewsKey, 1, kLongMs);
+  EXPECT_EQ(news.code(), Errc::kPeerFailed) << news.ToString();
+  EXPECT_TRUE(Contains(news.message(), "while rank 1 was waiting for news of a rank that died")) << news.message();
+  EXPECT_FALSE(Contains(news.message(), kDeathNewsKey)) << news.message();
 }
 
 TEST_F(TcpStoreTest, CloseIsNotAFailure) {
