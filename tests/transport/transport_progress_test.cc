@@ -6,6 +6,7 @@
 // network namespaces).  Once the caller is done, the thread must serve the
 // network again, so that a peer's requests are answered while this process
 // calls nothing.
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -52,9 +53,23 @@ void AddInALoop(Transport& t, const RemoteKey& key, uint64_t addr, uint64_t firs
   }
 }
 
+// kCalls puts of 8 bytes from rank 0 into rank 1's word, each followed by
+// a flush (a world's put + hixl_fence).
+void PutAndFlushInALoop(Transport& t, const RemoteKey& key, uint64_t addr) {
+  for (int i = 0; i < kCalls; ++i) {
+    const uint64_t v = static_cast<uint64_t>(i);
+    Status s = t.Put(1, key, &v, addr, sizeof v);
+    ASSERT_TRUE(s.ok()) << "call " << i << ": " << s.message();
+    s = t.Flush();
+    ASSERT_TRUE(s.ok()) << "flush " << i << ": " << s.message();
+  }
+}
+
 // Across processes, as between hosts (within one process the difference
-// seldom shows).
-TEST(UcxProgressThread, SleepsThroughItsCallersReplies) {
+// seldom shows): rank 0 makes kCalls calls of `loop` on a peer process's
+// word, and its progress thread must sleep through them.
+template <typename Loop>
+void ExpectTheThreadSleepsThrough(const char* calls, Loop loop) {
   UcxPeerProcess peer;
   // The peer's thread stays awake between requests (100 ms after each), so
   // that its replies come in time and the caller seldom sleeps.
@@ -72,7 +87,9 @@ TEST(UcxProgressThread, SleepsThroughItsCallersReplies) {
   ASSERT_TRUE(t.Atomic(1, *k.value(), AtomicOp::kAdd, peer.addr, 1, 0, &old).ok());  // the endpoint is wired up
   const int64_t slept_before = ProgressThreadSleeps();
   const ucx::ProgressCounts before = ucx::CountProgress(t);
-  AddInALoop(t, *k.value(), peer.addr, 1);
+  const auto start = std::chrono::steady_clock::now();
+  loop(t, *k.value(), peer.addr);
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
   const ucx::ProgressCounts after = ucx::CountProgress(t);
   const int64_t slept = ProgressThreadSleeps() - slept_before;
   ASSERT_GE(slept_before, 0) << "not one thread named hixl-ucx in /proc/self/task";
@@ -86,9 +103,23 @@ TEST(UcxProgressThread, SleepsThroughItsCallersReplies) {
   // taken), or by every drop of the worker's mutex that it waits for.
   EXPECT_LE(slept - asides, 3 * sleeps + kCalls / 10)
       << "the caller's progress thread slept " << slept << " times (" << asides << " standing aside) in " << kCalls
-      << " atomics; the caller slept " << sleeps << " times";
+      << " " << calls << "; the caller slept " << sleeps << " times";
+  // Standing aside, it naps 1 ms at a time, and is woken early only by a
+  // caller about to sleep (and, before, by a kick after every flush).
+  EXPECT_LE(asides, 2 * ms.count() + 2 * sleeps + 10)
+      << "the caller's progress thread was woken " << asides << " times standing aside in " << kCalls << " " << calls
+      << " that took " << ms.count() << " ms; the caller slept " << sleeps << " times";
   k = Status(Errc::kInternal, "released");  // the key goes before its transport
   t.Shutdown();
+}
+
+TEST(UcxProgressThread, SleepsThroughItsCallersReplies) {
+  ExpectTheThreadSleepsThrough("atomics",
+                               [](Transport& t, const RemoteKey& key, uint64_t addr) { AddInALoop(t, key, addr, 1); });
+}
+
+TEST(UcxProgressThread, SleepsThroughItsCallersFlushes) {
+  ExpectTheThreadSleepsThrough("puts and flushes", PutAndFlushInALoop);
 }
 
 TEST_P(TransportTest, UcxProgressThreadServesPeersAfterItsCallerIsDone) {

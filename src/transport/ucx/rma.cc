@@ -130,7 +130,7 @@ Status Rma::FlushPeers(std::unique_lock<std::mutex>& lock, std::vector<std::shar
   }
   lock.unlock();
   // We may have consumed events the progress thread was waiting for.
-  w_->Kick();
+  w_->KickIfPolling();
   return first;
 }
 
